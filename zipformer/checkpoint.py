@@ -1,0 +1,267 @@
+"""Checkpoints of a training run: atomic save, exact resume, configuration check.
+
+Files in ``exp_dir`` (icefall's names, so existing tools find them):
+
+* ``epoch-<N>.pt`` at the end of epoch N (1-based);
+* ``checkpoint-<B>.pt`` every ``save_every_n`` batches, B = global batch count;
+  only the newest ``keep_last_k`` of these are kept.
+
+A checkpoint holds everything a resumed run needs to continue as if it had not
+stopped: model, averaged model (:mod:`zipformer.averaging`), optimizer,
+scheduler, grad scaler, sampler state, RNG states, ``batch_idx_train``, epoch and
+the configuration the run was started with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+PathLike = Union[str, Path]
+
+_ITERATION_CHECKPOINT = re.compile(r"^checkpoint-(\d+)\.pt$")
+
+
+class CheckpointConfigMismatch(ValueError):
+    """A checkpoint was written by a run with a different configuration."""
+
+
+def epoch_checkpoint_path(exp_dir: PathLike, epoch: int) -> Path:
+    """``<exp_dir>/epoch-<epoch>.pt``."""
+    return Path(exp_dir) / f"epoch-{epoch}.pt"
+
+
+def iteration_checkpoint_path(exp_dir: PathLike, batch_idx_train: int) -> Path:
+    """``<exp_dir>/checkpoint-<batch_idx_train>.pt``."""
+    return Path(exp_dir) / f"checkpoint-{batch_idx_train}.pt"
+
+
+def capture_rng_state() -> Dict[str, Any]:
+    """States of the python, numpy, torch CPU (and CUDA, if present) generators."""
+    state: Dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    path: PathLike,
+    *,
+    model: torch.nn.Module,
+    config: Mapping[str, Any],
+    batch_idx_train: int,
+    epoch: int,
+    model_avg: Optional[torch.nn.Module] = None,
+    average_period: Optional[int] = None,
+    optimizer: Optional[Any] = None,
+    scheduler: Optional[Any] = None,
+    grad_scaler: Optional[Any] = None,
+    sampler_state: Optional[Mapping[str, Any]] = None,
+    extra: Optional[Mapping[str, Any]] = None,
+) -> Path:
+    """Write a checkpoint atomically: a temporary file in the same folder, then a rename.
+
+    A crash while writing never leaves a truncated ``path``, and an older file of
+    the same name stays intact until the new one is complete. Only rank 0 should
+    call this.
+
+    Args:
+        path: the destination, e.g. :func:`epoch_checkpoint_path`.
+        model: the trained model (unwrap DDP first).
+        config: the run's configuration as a plain (nested) dict of builtins;
+            :func:`load_checkpoint` compares it with the resuming run's.
+        batch_idx_train: number of optimizer steps taken so far (global batch count).
+        epoch: current epoch, 1-based.
+        model_avg: the running float64 average (:class:`zipformer.averaging.RunningAverage`
+            module) or None.
+        average_period: the period, in batches, of ``model_avg`` updates; needed
+            for exact averaging between two checkpoints.
+        optimizer, scheduler, grad_scaler: anything with ``state_dict()``.
+        sampler_state: the state of the training sampler
+            (:func:`zipformer.data.resumable_sampler_state`).
+        extra: more picklable entries (e.g. best validation loss).
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+    """
+    path = Path(path)
+    if model_avg is not None and average_period is None:
+        raise ValueError("save_checkpoint: model_avg given without average_period")
+    contents: Dict[str, Any] = {
+        "model": model.state_dict(),
+        "model_avg": None if model_avg is None else model_avg.state_dict(),
+        "average_period": average_period,
+        "optimizer": None if optimizer is None else optimizer.state_dict(),
+        "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "grad_scaler": None if grad_scaler is None else grad_scaler.state_dict(),
+        "sampler": None if sampler_state is None else dict(sampler_state),
+        "rng": capture_rng_state(),
+        "batch_idx_train": int(batch_idx_train),
+        "epoch": int(epoch),
+        "config": dict(config),
+    }
+    if extra:
+        clashing = set(extra) & set(contents)
+        if clashing:
+            raise ValueError(f"save_checkpoint: extra entries {sorted(clashing)} clash with built-in ones")
+        contents.update(extra)
+    atomic_torch_save(contents, path)
+    return path
+
+
+def atomic_torch_save(obj: Any, path: PathLike) -> None:
+    """``torch.save`` to a temporary sibling of ``path``, fsync, then rename onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(temporary, "wb") as stream:
+            torch.save(obj, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(
+    path: PathLike,
+    *,
+    expected_config: Optional[Mapping[str, Any]] = None,
+    ignore_config_fields: Tuple[str, ...] = (),
+    model: Optional[torch.nn.Module] = None,
+    model_avg: Optional[torch.nn.Module] = None,
+    optimizer: Optional[Any] = None,
+    scheduler: Optional[Any] = None,
+    grad_scaler: Optional[Any] = None,
+    restore_rng: bool = False,
+    map_location: Union[str, torch.device] = "cpu",
+) -> Dict[str, Any]:
+    """Read a checkpoint and load it into the given objects.
+
+    Args:
+        path: the checkpoint file.
+        expected_config: the resuming run's configuration; any field whose value
+            differs from the checkpoint's (dotted names for nested dicts) raises
+            :class:`CheckpointConfigMismatch` naming it, before anything is loaded.
+        ignore_config_fields: dotted field names allowed to differ (e.g. ``"num_epochs"``).
+        model, model_avg, optimizer, scheduler, grad_scaler: loaded in place if given.
+        restore_rng: also restore the python/numpy/torch RNG states.
+        map_location: passed to ``torch.load``.
+
+    Returns:
+        The whole checkpoint dict (``batch_idx_train``, ``epoch``, ``sampler``, ...).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    if expected_config is not None:
+        check_config_matches(
+            checkpoint.get("config", {}), expected_config, source=path, ignore=ignore_config_fields
+        )
+    if model is not None:
+        model.load_state_dict(checkpoint["model"])
+    if model_avg is not None:
+        if checkpoint.get("model_avg") is None:
+            raise KeyError(f"{path} has no model_avg entry to load")
+        model_avg.load_state_dict(checkpoint["model_avg"])
+    for name, target in (("optimizer", optimizer), ("scheduler", scheduler), ("grad_scaler", grad_scaler)):
+        if target is None:
+            continue
+        if checkpoint.get(name) is None:
+            raise KeyError(f"{path} has no {name} state to load")
+        target.load_state_dict(checkpoint[name])
+    if restore_rng:
+        restore_rng_state(checkpoint["rng"])
+    return checkpoint
+
+
+def check_config_matches(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    *,
+    source: PathLike,
+    ignore: Tuple[str, ...] = (),
+) -> None:
+    """Raise :class:`CheckpointConfigMismatch` naming the first differing field."""
+    saved_fields = dict(_flatten(saved))
+    current_fields = dict(_flatten(current))
+    missing = object()
+    for name in sorted(set(saved_fields) | set(current_fields)):
+        if name in ignore or any(name.startswith(prefix + ".") for prefix in ignore):
+            continue
+        before = saved_fields.get(name, missing)
+        now = current_fields.get(name, missing)
+        if before is missing or now is missing or before != now:
+            raise CheckpointConfigMismatch(
+                f"checkpoint {source} comes from another configuration: field '{name}' is "
+                f"{_describe(before, missing)} in the checkpoint but {_describe(now, missing)} "
+                f"in this run"
+            )
+
+
+def list_iteration_checkpoints(exp_dir: PathLike) -> List[Tuple[int, Path]]:
+    """``(batch_idx_train, path)`` of every ``checkpoint-<B>.pt``, newest (largest B) first."""
+    exp_dir = Path(exp_dir)
+    if not exp_dir.is_dir():
+        return []
+    found = []
+    for entry in exp_dir.iterdir():
+        match = _ITERATION_CHECKPOINT.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry))
+    return sorted(found, reverse=True)
+
+
+def remove_old_checkpoints(exp_dir: PathLike, keep_last_k: int) -> List[Path]:
+    """Delete all but the ``keep_last_k`` newest ``checkpoint-<B>.pt`` files.
+
+    ``epoch-<N>.pt`` files are never touched. ``keep_last_k <= 0`` keeps everything.
+
+    Returns:
+        The deleted paths.
+    """
+    if keep_last_k <= 0:
+        return []
+    removed = []
+    for _, path in list_iteration_checkpoints(exp_dir)[keep_last_k:]:
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    if removed:
+        logging.info("removed %d old checkpoint(s), kept the last %d", len(removed), keep_last_k)
+    return removed
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten(value, prefix=name + ".")
+        else:
+            yield name, list(value) if isinstance(value, tuple) else value
+
+
+def _describe(value: Any, missing: object) -> str:
+    return "absent" if value is missing else repr(value)
