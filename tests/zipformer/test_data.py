@@ -1,0 +1,263 @@
+"""Specification of zipformer.data and zipformer.cut_filters on a miniature corpus built here."""
+
+import logging
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from lhotse import CutSet, Fbank, FbankConfig, LilcomChunkyWriter, Recording, SupervisionSegment
+
+from zipformer.cut_filters import TrainingCutFilter, is_alignable, num_adjacent_repeats, num_encoder_frames
+from zipformer.data import (
+    AsrDataset,
+    DataOptions,
+    build_spec_augment,
+    build_train_dataloader,
+    build_valid_dataloader,
+    load_cuts_lazy,
+    restore_sampler_state,
+    resumable_sampler_state,
+)
+from zipformer.tokenizer import CharTokenizer
+
+SAMPLE_RATE = 16000
+# 1.5 s -> 150 fbank frames -> 36 encoder frames.
+REPEATS_TEXT = "AA BB CC DD EE FF GG"  # 14 tokens, 7 adjacent repeats
+CORPUS = {
+    # cut id: (duration in seconds, text)
+    "too-short": (0.5, "AB"),
+    "too-long": (21.0, "AB"),
+    "unalignable-tokens": (1.5, "ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJK"),  # 37 tokens
+    "unalignable-repeats": (1.5, REPEATS_TEXT + " HIJKLMNOPQRSTUVW"),  # 30 tokens + 7 repeats
+    "alignable-edge": (1.5, REPEATS_TEXT + " HIJKLMNOPQRSTUV"),  # 29 tokens + 7 repeats = 36
+    "utt-a": (1.0, "HELLO WORLD"),
+    "utt-b": (1.3, "PRUNED CTC"),
+    "utt-c": (1.8, "A SMALL TEST"),
+    "utt-d": (2.2, "THE QUICK BROWN FOX"),
+    "utt-e": (2.7, "JUMPS OVER"),
+    "utt-f": (3.1, "THE LAZY DOG"),
+    "utt-g": (3.6, "SPEECH RECOGNITION"),
+    "utt-h": (4.0, "ZIPFORMER ENCODER"),
+    "utt-i": (4.6, "LHOTSE DATA MODULE"),
+}
+KEPT = sorted(["alignable-edge"] + [c for c in CORPUS if c.startswith("utt-")])
+
+
+def _synthesize(path: Path, duration: float, frequency: float, seed: int) -> None:
+    time = np.arange(int(round(duration * SAMPLE_RATE))) / SAMPLE_RATE
+    noise = np.random.default_rng(seed).normal(scale=0.05, size=time.shape)
+    soundfile.write(path, 0.3 * np.sin(2 * np.pi * frequency * time) + noise, SAMPLE_RATE)
+
+
+def _make_cuts(root: Path, items: Dict[str, tuple], name: str) -> Path:
+    (root / "wav").mkdir(exist_ok=True)
+    cuts = []
+    for index, (cut_id, (duration, text)) in enumerate(items.items()):
+        wav = root / "wav" / f"{cut_id}.wav"
+        _synthesize(wav, duration, 200.0 + 40 * index, seed=index)
+        cut = Recording.from_file(wav, recording_id=cut_id).to_cut()
+        cut.supervisions = [
+            SupervisionSegment(id=cut_id, recording_id=cut_id, start=0.0, duration=cut.duration, text=text)
+        ]
+        cuts.append(cut)
+    cuts = CutSet.from_cuts(cuts)
+    cuts = cuts.compute_and_store_features(
+        extractor=Fbank(FbankConfig(num_mel_bins=80)), storage_path=root / f"{name}_feats",
+        storage_type=LilcomChunkyWriter, num_jobs=1,
+    )
+    manifest = root / f"{name}_cuts.jsonl.gz"
+    cuts.to_file(manifest)
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("corpus")
+    train = _make_cuts(root, CORPUS, "train")
+    valid = _make_cuts(root, {k: CORPUS[k] for k in ("utt-b", "utt-d", "utt-f")}, "valid")
+    musan = _make_cuts(root, {"noise-1": (3.0, ""), "noise-2": (5.0, "")}, "musan")
+    tokens = root / "tokens.txt"
+    letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    tokens.write_text("\n".join(f"{s} {i}" for i, s in enumerate(["<blk>", "<sos/eos>", "<unk>"] + letters)) + "\n")
+    return {"train": train, "valid": valid, "musan": musan, "tokens": tokens}
+
+
+def options_for(corpus: Dict[str, Path], **overrides) -> DataOptions:
+    values = dict(
+        train_cuts=str(corpus["train"]), valid_cuts=str(corpus["valid"]), musan_cuts=str(corpus["musan"]),
+        max_duration=6.0, num_buckets=2, num_workers=0, drop_last=False,
+        enable_musan=False, enable_spec_aug=False,
+    )
+    values.update(overrides)
+    return DataOptions(**values)
+
+
+def cut_ids_of(batches) -> List[str]:
+    return [cut_id for batch in batches for cut_id in batch["cut_ids"]]
+
+
+def test_cut_ids_are_as_named(corpus: Dict[str, Path]) -> None:
+    assert sorted(cut.id for cut in load_cuts_lazy(corpus["train"])) == sorted(CORPUS)
+
+
+def test_batches_hold_padded_features_lengths_texts_and_ids(corpus: Dict[str, Path]) -> None:
+    loader = build_valid_dataloader(options_for(corpus))
+    cuts = {cut.id: cut for cut in load_cuts_lazy(corpus["valid"])}
+    batches = list(loader)
+    assert sorted(cut_ids_of(batches)) == sorted(cuts)
+    for batch in batches:
+        features, lens = batch["features"], batch["feature_lens"]
+        assert features.dtype == torch.float32 and features.ndim == 3 and features.shape[2] == 80
+        assert features.shape[0] == len(batch["texts"]) == len(batch["cut_ids"]) == lens.shape[0]
+        assert features.shape[1] == lens.max().item()
+        assert lens.tolist() == sorted(lens.tolist(), reverse=True)
+        for cut_id, text, length in zip(batch["cut_ids"], batch["texts"], lens.tolist()):
+            assert text == CORPUS[cut_id][1]
+            assert length == cuts[cut_id].num_frames
+
+
+def test_train_loader_keeps_filtered_cuts_within_max_duration(corpus: Dict[str, Path]) -> None:
+    train = build_train_dataloader(options_for(corpus), CharTokenizer(corpus["tokens"]))
+    train.set_epoch(1)
+    batches = list(train.loader)
+    assert sorted(cut_ids_of(batches)) == KEPT
+    assert all(sum(CORPUS[c][0] for c in b["cut_ids"]) <= 6.0 for b in batches)
+    assert train.cut_filter.summary().startswith("cut filter: kept 10 of 14 cuts, dropped 4")
+    train.set_epoch(2)
+    assert train.cut_filter.kept == train.cut_filter.dropped == 0
+
+
+def test_filters_drop_exactly_the_expected_cuts_and_report(corpus: Dict[str, Path], caplog) -> None:
+    cut_filter = TrainingCutFilter(CharTokenizer(corpus["tokens"]), min_duration=1.0, max_duration=20.0)
+    kept = [cut.id for cut in load_cuts_lazy(corpus["train"]).filter(cut_filter)]
+    assert sorted(kept) == KEPT
+    counts = (cut_filter.kept, cut_filter.dropped_too_short, cut_filter.dropped_too_long, cut_filter.dropped_unalignable)
+    assert counts == (len(KEPT), 1, 1, 2)
+    with caplog.at_level(logging.INFO):
+        cut_filter.log_summary()
+    assert "kept 10 of 14 cuts, dropped 4 (1 shorter than 1 s, 1 longer than 20 s, 2 with more tokens" in caplog.text
+
+
+def test_alignability_counts_repeats() -> None:
+    assert num_encoder_frames(150) == 36
+    assert num_encoder_frames(6) == 0
+    assert num_adjacent_repeats([3, 3, 4, 3, 3, 3]) == 3
+    assert is_alignable(150, [5] * 18)  # 18 tokens + 17 repeats = 35
+    assert is_alignable(150, [5] * 18 + [6])  # 36
+    assert not is_alignable(150, [5] * 18 + [6, 6])  # 20 + 18 = 38
+
+
+def test_sampler_ranks_see_disjoint_cuts_that_cover_all(corpus: Dict[str, Path]) -> None:
+    tokenizer = CharTokenizer(corpus["tokens"])
+    seen = []
+    for rank in (0, 1):
+        train = build_train_dataloader(options_for(corpus, max_duration=5.0), tokenizer, world_size=2, rank=rank)
+        train.set_epoch(3)
+        seen.append([cut.id for batch in train.sampler for cut in batch])
+    assert not set(seen[0]) & set(seen[1])
+    assert sorted(seen[0] + seen[1]) == KEPT
+
+
+def test_resumed_sampler_yields_exactly_the_remaining_batches(corpus: Dict[str, Path]) -> None:
+    # A worker prefetches batches, so the sampler runs ahead of the training loop.
+    options = options_for(corpus, max_duration=5.0, num_workers=1, enable_spec_aug=True, enable_musan=True)
+    tokenizer = CharTokenizer(corpus["tokens"])
+    uninterrupted = build_train_dataloader(options, tokenizer)
+    uninterrupted.set_epoch(2)
+    expected = list(uninterrupted.loader)
+    assert len(expected) >= 4
+
+    interrupted = build_train_dataloader(options, tokenizer)
+    interrupted.set_epoch(2)
+    iterator = iter(interrupted.loader)
+    consumed = [next(iterator), next(iterator)]
+    state = resumable_sampler_state(interrupted.sampler, batches_consumed=len(consumed))
+    del iterator
+
+    resumed = build_train_dataloader(options, tokenizer)
+    restore_sampler_state(resumed.sampler, state)
+    resumed.set_epoch(2)
+    remaining = list(resumed.loader)
+    assert cut_ids_of(consumed + remaining) == cut_ids_of(expected)
+    for got, want in zip(consumed + remaining, expected):
+        torch.testing.assert_close(got["features"], want["features"], rtol=0, atol=0)
+
+
+def test_spec_augment_has_icefall_settings() -> None:
+    spec_augment = build_spec_augment(DataOptions())
+    settings = spec_augment.state_dict()
+    assert settings["time_warp_factor"] == 80
+    assert (settings["num_feature_masks"], settings["features_mask_size"]) == (2, 27)
+    assert (settings["num_frame_masks"], settings["frames_mask_size"]) == (10, 100)
+
+
+def _masked_runs(is_masked: torch.Tensor) -> List[int]:
+    runs, length = [], 0
+    for flag in is_masked.tolist() + [False]:
+        if flag:
+            length += 1
+        elif length:
+            runs.append(length)
+            length = 0
+    return runs
+
+
+def test_spec_augment_masks_at_most_the_documented_counts_and_sizes() -> None:
+    spec_augment = build_spec_augment(DataOptions(spec_aug_time_warp_factor=0))
+    spec_augment.p = 1.0  # Lhotse applies it to 90% of utterances by default
+    frame_run_counts = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        features = torch.randn(1, 7000, 80)  # long enough for all 10 frame masks (15% of 7000 > 10 x 100)
+        augmented = spec_augment(features)[0]
+        mean = features.mean()
+        bin_runs = _masked_runs((augmented == mean).all(dim=0))
+        frame_runs = _masked_runs((augmented == mean).all(dim=1))
+        # Masks may overlap or touch, so check counts and total widths (each mask < size).
+        assert len(bin_runs) <= 2 and sum(bin_runs) <= 2 * 26
+        assert len(frame_runs) <= 10 and sum(frame_runs) <= 10 * 99
+        assert (augmented != features[0]).any()
+        frame_run_counts.append(len(frame_runs))
+    assert max(frame_run_counts) >= 6
+
+
+def test_training_augmentation_changes_features_but_validation_does_not(corpus: Dict[str, Path]) -> None:
+    cuts = CutSet.from_cuts(c for c in load_cuts_lazy(corpus["train"]) if c.id in ("utt-g", "utt-h", "utt-i"))
+    plain = AsrDataset()[cuts]
+    reference = torch.stack([torch.from_numpy(c.load_features()[:100]) for c in cuts.sort_by_duration(ascending=False)])
+    torch.testing.assert_close(plain["features"][:, :100], reference, atol=0, rtol=0)
+    spec_augment = build_spec_augment(DataOptions())
+    spec_augment.p = 1.0
+    augmented = AsrDataset(spec_augment=spec_augment)[cuts]
+    assert augmented["features"].shape == plain["features"].shape
+    for index in range(3):
+        assert not torch.equal(augmented["features"][index], plain["features"][index])
+
+
+def test_musan_mixing_changes_features_and_keeps_ids(corpus: Dict[str, Path]) -> None:
+    cuts = CutSet.from_cuts(c for c in load_cuts_lazy(corpus["train"]) if c.id in ("utt-c", "utt-e"))
+    noise = CutSet.from_cuts(load_cuts_lazy(corpus["musan"]))
+    plain = AsrDataset()[cuts]
+    mixed = AsrDataset(noise_cuts=noise, musan_prob=1.0, musan_snr=(10.0, 10.0))[cuts]
+    assert mixed["cut_ids"] == plain["cut_ids"] and mixed["texts"] == plain["texts"]
+    assert torch.equal(mixed["feature_lens"], plain["feature_lens"])
+    assert not torch.allclose(mixed["features"], plain["features"])
+    never = AsrDataset(noise_cuts=noise, musan_prob=0.0)[cuts]
+    torch.testing.assert_close(never["features"], plain["features"])
+
+
+def test_missing_manifest_and_unknown_option_are_named(tmp_path: Path, corpus: Dict[str, Path]) -> None:
+    with pytest.raises(FileNotFoundError, match="train_cuts: cut manifest not found: .*nope.jsonl.gz"):
+        build_train_dataloader(options_for(corpus, train_cuts=str(tmp_path / "nope.jsonl.gz")), CharTokenizer(corpus["tokens"]))
+    with pytest.raises(FileNotFoundError, match="musan_cuts"):
+        build_train_dataloader(
+            options_for(corpus, enable_musan=True, musan_cuts=str(tmp_path / "musan.jsonl.gz")),
+            CharTokenizer(corpus["tokens"]),
+        )
+    with pytest.raises(ValueError, match="unknown data option.*max_durration"):
+        DataOptions.from_dict({"max_durration": 100})
+    with pytest.raises(ValueError, match="musan_prob must be in"):
+        DataOptions(musan_prob=1.5)

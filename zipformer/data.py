@@ -1,0 +1,323 @@
+"""The Lhotse data module: lazily read cuts -> DynamicBucketingSampler -> batches.
+
+A batch (from :class:`AsrDataset`) is a dict::
+
+    features     float32 (N, T, 80)  log-mel fbank, padded at the end
+    feature_lens int64   (N,)        valid frames of each utterance (10 ms frames)
+    texts        list[str]           transcripts
+    cut_ids      list[str]
+
+sorted by decreasing duration. Training batches are augmented with MUSAN noise
+(Lhotse ``CutMix``, in the feature domain) and SpecAugment (Lhotse ``SpecAugment``)
+with icefall's settings; validation batches are not.
+
+Augmentation draws its randomness from a seed made of the run's seed, the epoch
+and the batch's cut ids, so a resumed run (see :func:`resumable_sampler_state`)
+sees exactly the batches and the augmented features it would have seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from lhotse import CutSet, Fbank, FbankConfig, load_manifest, load_manifest_lazy
+from lhotse.dataset import CutMix, DynamicBucketingSampler, SpecAugment
+from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeatures
+from torch.utils.data import DataLoader
+
+from zipformer.cut_filters import TrainingCutFilter, cut_text
+from zipformer.tokenizer import Tokenizer
+
+PathLike = Union[str, Path]
+
+
+@dataclass
+class DataOptions:
+    """Everything the data module reads from a recipe preset (YAML) and the command line.
+
+    Durations are in seconds. Defaults are icefall's LibriSpeech values.
+    """
+
+    train_cuts: str = "data/fbank/librispeech_cuts_train-all-shuf.jsonl.gz"
+    valid_cuts: str = "data/fbank/librispeech_cuts_dev-clean.jsonl.gz"
+    musan_cuts: str = "data/fbank/musan_cuts.jsonl.gz"
+    max_duration: float = 200.0  # total seconds of audio per batch
+    num_buckets: int = 30
+    shuffle: bool = True
+    drop_last: bool = True
+    num_workers: int = 2
+    seed: int = 42
+    on_the_fly_feats: bool = False  # compute 80-dim fbank from audio instead of reading it
+    min_cut_duration: float = 1.0
+    max_cut_duration: float = 20.0
+    enable_musan: bool = True
+    musan_prob: float = 0.5
+    musan_snr_min: float = 10.0  # dB
+    musan_snr_max: float = 20.0  # dB
+    enable_spec_aug: bool = True
+    spec_aug_time_warp_factor: int = 80
+    spec_aug_num_feature_masks: int = 2
+    spec_aug_features_mask_size: int = 27  # frequency bins
+    spec_aug_num_frame_masks: int = 10
+    spec_aug_frames_mask_size: int = 100  # frames
+
+    def __post_init__(self) -> None:
+        positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"DataOptions.{name} must be positive, got {getattr(self, name)!r}")
+        non_negative = ("num_workers", "min_cut_duration", "spec_aug_num_feature_masks", "spec_aug_num_frame_masks")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ValueError(f"DataOptions.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.musan_prob <= 1.0:
+            raise ValueError(f"DataOptions.musan_prob must be in [0, 1], got {self.musan_prob!r}")
+        if self.min_cut_duration > self.max_cut_duration:
+            raise ValueError(
+                f"DataOptions.min_cut_duration {self.min_cut_duration} exceeds max_cut_duration "
+                f"{self.max_cut_duration}"
+            )
+        if self.musan_snr_min > self.musan_snr_max:
+            raise ValueError(
+                f"DataOptions.musan_snr_min {self.musan_snr_min} exceeds musan_snr_max {self.musan_snr_max}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "DataOptions":
+        """Options from a preset's ``data:`` section; an unknown key is an error naming it."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown data option(s) {unknown}; known options: {sorted(known)}")
+        return cls(**dict(values))
+
+
+def load_cuts_lazy(path: PathLike, option_name: str = "cuts") -> CutSet:
+    """A lazily read CutSet (``.jsonl`` or ``.jsonl.gz``); a missing file is named."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{option_name}: cut manifest not found: {path}")
+    cuts = load_manifest_lazy(path)
+    if not isinstance(cuts, CutSet):
+        raise ValueError(f"{option_name}: {path} is not a cut manifest (found {type(cuts).__name__})")
+    return cuts
+
+
+def build_spec_augment(options: DataOptions) -> SpecAugment:
+    """Lhotse SpecAugment with the options' settings (icefall: warp 80, 2x27 bins, 10x100 frames)."""
+    return SpecAugment(
+        time_warp_factor=options.spec_aug_time_warp_factor,
+        num_feature_masks=options.spec_aug_num_feature_masks,
+        features_mask_size=options.spec_aug_features_mask_size,
+        num_frame_masks=options.spec_aug_num_frame_masks,
+        frames_mask_size=options.spec_aug_frames_mask_size,
+    )
+
+
+class AsrDataset(torch.utils.data.Dataset):
+    """Map-style dataset indexed by the CutSet of one batch (what a Lhotse sampler yields).
+
+    Args:
+        on_the_fly_feats: compute 80-dim fbank from the audio instead of reading features.
+        noise_cuts: MUSAN cuts to mix in (with features unless on the fly), or None.
+        musan_prob: probability of mixing noise into a cut.
+        musan_snr: (min, max) SNR in dB, drawn uniformly.
+        spec_augment: applied to the padded features, or None.
+        seed: base of the per-batch augmentation seed.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_the_fly_feats: bool = False,
+        noise_cuts: Optional[CutSet] = None,
+        musan_prob: float = 0.5,
+        musan_snr: Tuple[float, float] = (10.0, 20.0),
+        spec_augment: Optional[SpecAugment] = None,
+        seed: int = 42,
+    ) -> None:
+        super().__init__()
+        if on_the_fly_feats:
+            self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=80)))
+        else:
+            self.read_features = PrecomputedFeatures()
+        self.noise_cuts = noise_cuts
+        self.musan_prob = musan_prob
+        self.musan_snr = musan_snr
+        self.spec_augment = spec_augment
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make augmentation differ between epochs (call before creating the iterator)."""
+        self.epoch = epoch
+
+    def __getitem__(self, cuts: CutSet) -> Dict[str, Any]:
+        if not isinstance(cuts, CutSet):
+            raise TypeError(
+                f"AsrDataset is indexed by a CutSet (from a Lhotse sampler), got {type(cuts).__name__}"
+            )
+        cuts = cuts.sort_by_duration(ascending=False)
+        batch_seed = self._batch_seed(cuts)
+        if self.noise_cuts is not None:
+            mix = CutMix(
+                self.noise_cuts, snr=self.musan_snr, p=self.musan_prob,
+                preserve_id=True, seed=random.Random(batch_seed),
+                pad_to_longest=False,  # noise must not lengthen an utterance
+            )
+            cuts = mix(cuts)
+        features, feature_lens = self.read_features(cuts)
+        if self.spec_augment is not None:
+            # (utterance, first frame, number of frames): time warp stays inside each utterance.
+            segments = torch.stack(
+                [torch.arange(len(cuts)), torch.zeros_like(feature_lens), feature_lens], dim=1
+            ).to(torch.int32)
+            with _seeded_global_rngs(batch_seed):
+                features = self.spec_augment(features, segments)
+        return {
+            "features": features,
+            "feature_lens": feature_lens.to(torch.int64),
+            "texts": [cut_text(cut) for cut in cuts],
+            "cut_ids": [cut.id for cut in cuts],
+        }
+
+    def _batch_seed(self, cuts: CutSet) -> int:
+        digest = hashlib.blake2b(digest_size=8)
+        digest.update(f"{self.seed}/{self.epoch}/".encode())
+        for cut in cuts:
+            digest.update(cut.id.encode())
+            digest.update(b"\0")
+        return int.from_bytes(digest.digest(), "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+@dataclass
+class TrainData:
+    """What :func:`build_train_dataloader` returns: the loader and the parts train.py talks to."""
+
+    loader: DataLoader
+    sampler: DynamicBucketingSampler
+    dataset: AsrDataset
+    cut_filter: TrainingCutFilter
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (a no-op for the sampler right after a restore of that epoch).
+
+        The filter's counters restart with each new epoch (log them with
+        ``cut_filter.log_summary()`` when an epoch ends).
+        """
+        if epoch != self.sampler.epoch:
+            self.cut_filter.reset()
+        self.sampler.set_epoch(epoch)
+        self.dataset.set_epoch(epoch)
+
+
+def build_train_dataloader(
+    options: DataOptions, tokenizer: Tokenizer, *, world_size: int = 1, rank: int = 0
+) -> TrainData:
+    """Training loader over ``options.train_cuts`` for one rank, filtered and augmented."""
+    _check_rank(world_size, rank)
+    cut_filter = TrainingCutFilter(tokenizer, options.min_cut_duration, options.max_cut_duration)
+    cuts = load_cuts_lazy(options.train_cuts, "train_cuts").filter(cut_filter)
+    noise_cuts = None
+    if options.enable_musan:
+        musan_path = Path(options.musan_cuts)
+        if not musan_path.is_file():
+            raise FileNotFoundError(
+                f"musan_cuts: MUSAN cut manifest not found: {musan_path} (set enable_musan: false to train without it)"
+            )
+        noise_cuts = load_manifest(musan_path)
+    dataset = AsrDataset(
+        on_the_fly_feats=options.on_the_fly_feats,
+        noise_cuts=noise_cuts,
+        musan_prob=options.musan_prob,
+        musan_snr=(options.musan_snr_min, options.musan_snr_max),
+        spec_augment=build_spec_augment(options) if options.enable_spec_aug else None,
+        seed=options.seed,
+    )
+    sampler = DynamicBucketingSampler(
+        cuts,
+        max_duration=options.max_duration,
+        num_buckets=options.num_buckets,
+        shuffle=options.shuffle,
+        drop_last=options.drop_last,
+        buffer_size=options.num_buckets * 5000,
+        world_size=world_size,
+        rank=rank,
+        seed=options.seed,
+    )
+    # Estimating the bucket bins read (and filtered) the first cuts: count epochs only.
+    cut_filter.reset()
+    loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=options.num_workers)
+    return TrainData(loader=loader, sampler=sampler, dataset=dataset, cut_filter=cut_filter)
+
+
+def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: int = 0) -> DataLoader:
+    """Validation loader over ``options.valid_cuts``: no filter, no augmentation, no shuffling."""
+    _check_rank(world_size, rank)
+    sampler = DynamicBucketingSampler(
+        load_cuts_lazy(options.valid_cuts, "valid_cuts"),
+        max_duration=options.max_duration,
+        num_buckets=options.num_buckets,
+        shuffle=False,
+        drop_last=False,
+        world_size=world_size,
+        rank=rank,
+    )
+    dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats)
+    return DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=options.num_workers)
+
+
+def resumable_sampler_state(sampler: DynamicBucketingSampler, batches_consumed: int) -> Dict[str, Any]:
+    """The sampler's state as if it had yielded exactly ``batches_consumed`` batches this epoch.
+
+    A DataLoader with workers draws batches ahead of the training loop, so the
+    sampler itself is past the batch being trained on; this state resumes at the
+    first batch the loop has not yet used.
+    """
+    state = copy.deepcopy(sampler.state_dict())
+    epoch = state["diagnostics"]["current_epoch"]
+    epoch_stats = state["diagnostics"]["stats_per_epoch"][epoch]
+    drawn = epoch_stats["kept_batches"] + epoch_stats["discarded_batches"]
+    if not 0 <= batches_consumed <= drawn:
+        raise ValueError(
+            f"batches_consumed={batches_consumed} but the sampler has drawn {drawn} batches in epoch {epoch}"
+        )
+    epoch_stats["kept_batches"] = batches_consumed
+    epoch_stats["discarded_batches"] = 0
+    return state
+
+
+def restore_sampler_state(sampler: DynamicBucketingSampler, state: Mapping[str, Any]) -> None:
+    """Load a :func:`resumable_sampler_state` (the mapping is not modified)."""
+    sampler.load_state_dict(copy.deepcopy(dict(state)))
+
+
+def _check_rank(world_size: int, rank: int) -> None:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+
+
+@contextlib.contextmanager
+def _seeded_global_rngs(seed: int) -> Iterator[None]:
+    """Seed python's, numpy's and torch's global RNGs (Lhotse SpecAugment draws from all
+    three), then restore them so the training loop's own random stream is untouched."""
+    python_state = random.getstate()
+    numpy_state = np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
