@@ -19,9 +19,12 @@ use 0.3 and 0.7).
 
 The search runs on the whole batch and beam at once: each frame is a fixed number of
 tensor operations on (N, beam) and (N, beam, K) tensors, with no Python loop over
-utterances or hypotheses. Prefixes are identified by a 62-bit polynomial hash
-(two independent residues modulo the prime 2**31 - 1) so that merging is a
-tensor comparison; token sequences are recovered at the end by back-pointers.
+utterances or hypotheses. Equal prefixes are found without comparing token
+sequences: every slot records which slot holds its parent prefix (the prefix minus
+its last token), so "h + c is already in the beam" is "some slot has parent h and
+last token c" (the only way one prefix can arise twice in a frame, since distinct
+pairs (h, c) give distinct prefixes). Token sequences are recovered at the end from
+per-frame back-pointers.
 
 What is pruned per frame, and why it does not change the result: an extension
 h + c (token c appended to hypothesis h) is computed only for the K = beam + 1 most
@@ -38,7 +41,9 @@ in the beam its merged score is larger still). Hence the pruned search returns t
 same beam as one that expands every vocabulary token, up to the order of exactly
 tied scores. This is also why the result equals the exact maximum of P(labels)
 (brute-force sum over alignments) when ``beam`` exceeds the number of distinct
-prefixes.
+prefixes. (A search that only expands the top tokens of a frame *including* blank
+and the repeated token, as icefall's does, drops the blank and repeat paths whenever
+they fall outside that top; here they are always kept.)
 """
 
 from __future__ import annotations
@@ -49,11 +54,8 @@ import torch
 
 __all__ = ["Hypothesis", "ctc_greedy_search", "ctc_prefix_beam_search"]
 
-# Two residues modulo a Mersenne prime keep every product below 2**62 (no int64
-# overflow) and avoid the systematic collisions of hashing modulo 2**64.
-_HASH_MODULUS = 2**31 - 1
-_HASH_BASES = (1_000_003, 998_244_353 % _HASH_MODULUS)
 _NO_TOKEN = -1
+_NEG_INF = float("-inf")
 
 
 class Hypothesis(NamedTuple):
@@ -125,16 +127,6 @@ def ctc_greedy_search(
     return outputs
 
 
-def _extend_hash(prefix_hash: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Hash of prefix + token from the hash of prefix; both int64, broadcastable."""
-    high = prefix_hash >> 31
-    low = prefix_hash & _HASH_MODULUS
-    symbol = tokens + 1
-    high = (high * _HASH_BASES[0] + symbol) % _HASH_MODULUS
-    low = (low * _HASH_BASES[1] + symbol) % _HASH_MODULUS
-    return (high << 31) | low
-
-
 def _top_nonblank_tokens(
     log_probs: torch.Tensor, blank_id: int, num_tokens: int
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -185,105 +177,134 @@ def ctc_prefix_beam_search(
     _check_inputs(log_probs, lengths, blank_id)
     _check_search_options(beam, token_penalty)
     num_utterances, num_frames, vocab_size = log_probs.shape
-    device = log_probs.device
-    log_probs = log_probs.detach()
-    lengths = lengths.to(device)
     num_extensions = min(beam + 1, vocab_size - 1)
-    neg_inf = float("-inf")
-
-    # State of the beam, all (N, B): slot 0 holds the empty prefix, the others are dead.
-    shape = (num_utterances, beam)
-    log_p_blank = torch.full(shape, neg_inf, dtype=torch.float64, device=device)
-    log_p_blank[:, 0] = 0.0
-    log_p_token = torch.full(shape, neg_inf, dtype=torch.float64, device=device)
-    prefix_length = torch.zeros(shape, dtype=torch.long, device=device)
-    last_token = torch.full(shape, _NO_TOKEN, dtype=torch.long, device=device)
-    prefix_hash = torch.zeros(shape, dtype=torch.long, device=device)
-    parent_hash = torch.full(shape, -1, dtype=torch.long, device=device)
-    # Back-pointers per frame: source slot and token emitted on entering the slot.
+    if num_extensions == 0:
+        num_frames = 0  # only blanks in the vocabulary: every output is empty
+    frames = _FrameScores(log_probs.detach(), lengths, blank_id, num_extensions, num_frames)
+    state = _Beam.initial(num_utterances, beam, blank_id, log_probs.device)
     source_slots: List[torch.Tensor] = []
     emitted_tokens: List[torch.Tensor] = []
+    for frame in range(num_frames):
+        source, emitted = state.advance(frames, frame, float(token_penalty))
+        source_slots.append(source)
+        emitted_tokens.append(emitted)
 
-    if num_extensions > 0 and num_frames > 0:
-        top_values, top_tokens = _top_nonblank_tokens(log_probs, blank_id, num_extensions)
-        top_values = top_values.to(torch.float64)
-    batch_index = torch.arange(num_utterances, device=device).unsqueeze(1)
-    slot_index = torch.arange(beam, device=device).expand(num_utterances, beam)
-
-    for frame in range(num_frames if num_extensions > 0 else 0):
-        frame_scores = log_probs[:, frame, :]  # (N, V)
-        blank_score = frame_scores[:, blank_id : blank_id + 1].to(torch.float64)  # (N, 1)
-        total = torch.logaddexp(log_p_blank, log_p_token)  # (N, B)
-        alive = total > neg_inf
-        last_score = frame_scores.gather(1, last_token.clamp(min=0)).to(torch.float64)
-        last_score = last_score.masked_fill(last_token == _NO_TOKEN, neg_inf)
-
-        # (1) stay on each prefix g; add the exact extension from its parent in the beam.
-        is_parent = (parent_hash.unsqueeze(2) == prefix_hash.unsqueeze(1)) & (
-            alive.unsqueeze(1) & alive.unsqueeze(2)
-        )
-        is_parent &= (prefix_length.unsqueeze(2) == prefix_length.unsqueeze(1) + 1)
-        parent_base = torch.where(
-            last_token.unsqueeze(2) == last_token.unsqueeze(1), log_p_blank.unsqueeze(1),
-            total.unsqueeze(1),
-        )  # [n, g, h]: score of parent h before appending last(g)
-        from_parent = torch.logsumexp(parent_base.masked_fill(~is_parent, neg_inf), dim=2)
-        stay_blank = total + blank_score
-        stay_token = torch.logaddexp(log_p_token + last_score, from_parent + last_score)
-
-        # (2) extend each h by the top-K tokens into prefixes not already in the beam.
-        ext_tokens = top_tokens[:, frame, :].unsqueeze(1)  # (N, 1, K)
-        ext_base = torch.where(
-            ext_tokens == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
-        )
-        ext_token_score = ext_base + top_values[:, frame, :].unsqueeze(1)  # (N, B, K)
-        ext_hash = _extend_hash(prefix_hash.unsqueeze(2), ext_tokens)
-        in_beam = (ext_hash.unsqueeze(-1) == prefix_hash.view(num_utterances, 1, 1, beam)) & (
-            alive & (prefix_length > 0)
-        ).view(num_utterances, 1, 1, beam)
-        ext_token_score = ext_token_score.masked_fill(in_beam.any(-1), neg_inf)
-
-        # Rank the B stays and B * K extensions together and keep the best B.
-        length_bonus = token_penalty * prefix_length.to(torch.float64)
-        stay_rank = torch.logaddexp(stay_blank, stay_token) + length_bonus
-        ext_rank = ext_token_score + (length_bonus + token_penalty).unsqueeze(2)
-        all_rank = torch.cat([stay_rank, ext_rank.flatten(1)], dim=1)
-        best = all_rank.topk(beam, dim=1).indices  # (N, B)
-        is_stay = best < beam
-        source = torch.where(is_stay, best, (best - beam) // num_extensions)
-        ext_column = (best - beam).clamp(min=0) % num_extensions
-        new_token = ext_tokens.squeeze(1).gather(1, ext_column)
-
-        def pick(stay_value: torch.Tensor, ext_value: torch.Tensor) -> torch.Tensor:
-            return torch.where(is_stay, stay_value.gather(1, source), ext_value)
-
-        zeros_ext = torch.full_like(log_p_blank, neg_inf)
-        new_state = (
-            pick(stay_blank, zeros_ext),
-            pick(stay_token, ext_token_score.flatten(1).gather(1, (best - beam).clamp(min=0))),
-            pick(prefix_length, prefix_length.gather(1, source) + 1),
-            pick(last_token, new_token),
-            pick(prefix_hash, _extend_hash(prefix_hash.gather(1, source), new_token)),
-            pick(parent_hash, prefix_hash.gather(1, source)),
-        )
-        active = (frame < lengths).unsqueeze(1)  # utterances already ended keep their beam
-        log_p_blank, log_p_token, prefix_length, last_token, prefix_hash, parent_hash = (
-            torch.where(active, new_value, old_value)
-            for new_value, old_value in zip(
-                new_state,
-                (log_p_blank, log_p_token, prefix_length, last_token, prefix_hash, parent_hash),
-            )
-        )
-        source_slots.append(torch.where(active, source, slot_index))
-        emitted_tokens.append(torch.where(active & ~is_stay, new_token, _NO_TOKEN))
-
-    total = torch.logaddexp(log_p_blank, log_p_token)
-    rank = total + token_penalty * prefix_length.to(torch.float64)
+    total = torch.logaddexp(state.log_p_blank, state.log_p_token)
+    rank = total + state.bonus
     order = rank.argsort(dim=1, descending=True)
     token_table = _backtrack(source_slots, emitted_tokens, order)  # (N, B, T)
-    return _hypotheses_from_table(
-        token_table, rank.gather(1, order), total.gather(1, order), return_nbest
-    )
+    return _hypotheses_from_table(token_table, rank.gather(1, order), total.gather(1, order), return_nbest)
+
+
+class _FrameScores:
+    """What the search reads of each frame, precomputed for the whole batch.
+
+    Frames past an utterance's length are made neutral (blank has probability 1, every
+    other token 0), so its beam passes through them unchanged and the loop needs no
+    per-utterance masks.
+    """
+
+    def __init__(
+        self, log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, num_extensions: int, num_frames: int
+    ) -> None:
+        device = log_probs.device
+        frame_index = torch.arange(log_probs.size(1), device=device)
+        padding = frame_index.unsqueeze(0) >= lengths.to(device).unsqueeze(1)  # (N, T)
+        self.log_probs = log_probs
+        self.blank = log_probs[:, :, blank_id].to(torch.float64).masked_fill(padding, 0.0)
+        self.padding_offset = torch.zeros_like(self.blank).masked_fill(padding, _NEG_INF)
+        if num_frames > 0:
+            values, self.top_tokens = _top_nonblank_tokens(log_probs, blank_id, num_extensions)
+            self.top_values = values.to(torch.float64).masked_fill(padding.unsqueeze(-1), _NEG_INF)
+
+
+class _Beam:
+    """(N, B) state of the beam; slot b of utterance n is one prefix.
+
+    ``parent_slot`` is the slot holding the prefix without its last token, or -1 if
+    that prefix is not in the beam: with it, extensions into prefixes already in the
+    beam are found and scored exactly without comparing token sequences.
+    """
+
+    def __init__(self, log_p_blank, log_p_token, bonus, last_token, parent_slot) -> None:
+        self.log_p_blank = log_p_blank
+        self.log_p_token = log_p_token
+        self.bonus = bonus  # token_penalty * prefix length
+        self.last_token = last_token
+        self.parent_slot = parent_slot
+
+    @classmethod
+    def initial(cls, num_utterances: int, beam: int, blank_id: int, device: torch.device) -> "_Beam":
+        """Slot 0 holds the empty prefix, the other slots are dead (probability 0).
+
+        The empty prefix has the blank as its "last token" (no emitted token equals it).
+        """
+        shape = (num_utterances, beam)
+        log_p_blank = torch.full(shape, _NEG_INF, dtype=torch.float64, device=device)
+        log_p_blank[:, 0] = 0.0
+        return cls(
+            log_p_blank,
+            torch.full(shape, _NEG_INF, dtype=torch.float64, device=device),
+            torch.zeros(shape, dtype=torch.float64, device=device),
+            torch.full(shape, blank_id, dtype=torch.long, device=device),
+            torch.full(shape, -1, dtype=torch.long, device=device),
+        )
+
+    def advance(self, frames: _FrameScores, frame: int, token_penalty: float) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Consume one frame; return back-pointers (source slot, emitted token or -1), (N, B)."""
+        num_utterances, beam = self.last_token.shape
+        slots = torch.arange(beam, device=self.last_token.device)
+        log_p_blank, log_p_token, last_token, parent_slot = (
+            self.log_p_blank, self.log_p_token, self.last_token, self.parent_slot
+        )
+        total = torch.logaddexp(log_p_blank, log_p_token)
+        # The empty prefix's last token is the blank: its repeat score multiplies
+        # log_p_token = -inf, and no top-K token equals it.
+        last_score = frames.log_probs[:, frame, :].gather(1, last_token).to(torch.float64)
+        last_score = last_score + frames.padding_offset[:, frame : frame + 1]
+
+        # Stay on each prefix g: a blank, a repeat of last(g), or (exactly, whatever the
+        # token's rank) the extension of g's parent by last(g).
+        has_parent = parent_slot >= 0
+        parent = parent_slot.clamp(min=0)
+        parent_base = torch.where(
+            last_token.gather(1, parent) == last_token, log_p_blank.gather(1, parent), total.gather(1, parent)
+        ).masked_fill(~has_parent, _NEG_INF)
+        stay_blank = total + frames.blank[:, frame : frame + 1]
+        stay_token = torch.logaddexp(log_p_token, parent_base) + last_score
+
+        # New prefixes h + c for the top-K tokens c, unless h + c is already a slot.
+        tokens = frames.top_tokens[:, frame, :]  # (N, K)
+        num_extensions = tokens.size(1)
+        extension = torch.where(
+            tokens.unsqueeze(1) == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
+        ) + frames.top_values[:, frame, :].unsqueeze(1)  # (N, B, K)
+        is_child_of = parent_slot.unsqueeze(1) == slots.view(1, beam, 1)  # (N, H, G)
+        has_token = last_token.unsqueeze(1) == tokens.unsqueeze(2)  # (N, K, G)
+        in_beam = (is_child_of.unsqueeze(2) & has_token.unsqueeze(1)).any(-1)  # (N, H, K)
+        extension = extension.masked_fill(in_beam, _NEG_INF)
+        extension_rank = extension + (self.bonus + token_penalty).unsqueeze(2)
+        extension = extension.flatten(1)  # (N, B * K)
+        rank = torch.cat(
+            [torch.logaddexp(stay_blank, stay_token) + self.bonus, extension_rank.flatten(1)], dim=1
+        )
+        best = rank.topk(beam, dim=1).indices  # (N, B)
+        is_stay = best < beam
+        extension_index = (best - beam).clamp(min=0)
+        source = torch.where(is_stay, best, extension_index // num_extensions)
+        new_token = tokens.gather(1, extension_index % num_extensions)
+
+        # Where the prefixes of the old slots went: the new slot of each kept stay.
+        new_slot_of = torch.full((num_utterances, beam + 1), -1, dtype=torch.long, device=best.device)
+        new_slot_of.scatter_(1, torch.where(is_stay, best, beam), slots.expand(num_utterances, beam))
+        new_slot_of[:, beam] = -1
+        old_parent = torch.where(is_stay, parent_slot.gather(1, source), source)
+        self.parent_slot = new_slot_of.gather(1, old_parent.masked_fill(old_parent < 0, beam))
+        self.log_p_blank = torch.where(is_stay, stay_blank.gather(1, source), _NEG_INF)
+        self.log_p_token = torch.where(is_stay, stay_token.gather(1, source), extension.gather(1, extension_index))
+        self.bonus = self.bonus.gather(1, source) + torch.where(is_stay, 0.0, token_penalty)
+        self.last_token = torch.where(is_stay, last_token.gather(1, source), new_token)
+        return source, new_token.masked_fill(is_stay, _NO_TOKEN)
 
 
 def _backtrack(

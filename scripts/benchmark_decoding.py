@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Real-time factor of CTC greedy and prefix beam search on synthetic posteriors.
+
+The posteriors look like a trained CTC model's: 25 frames per second, a label
+sequence of about 3.5 tokens per second, each token held 1-2 frames with blanks in
+between, and per frame one dominant class whose probability is between about 0.6 and
+0.999 over unit-variance noise on every other class. Our batched search
+(zipformer.search) runs against pyctcdecode's beam search on the same posteriors,
+same beam, no LM, once with pyctcdecode's default pruning and once with its token and
+beam pruning switched off (what the test suite compares with). RTF = decoding time /
+audio duration (lower is faster). Results go to <output-dir>/results.csv and
+<output-dir>/README.md, with the command, machine, torch version and date.
+
+  python scripts/benchmark_decoding.py --output-dir benchmarks/decoding
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import logging
+import math
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+import torch
+
+from zipformer.search import ctc_greedy_search, ctc_prefix_beam_search
+
+FRAMES_PER_SECOND = 25
+TOKENS_PER_SECOND = 3.5
+
+
+def synthetic_posteriors(
+    num_utterances: int, vocab_size: int, min_seconds: float, max_seconds: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, T, V) peaky log-probs with blank 0, and (N,) lengths in frames."""
+    generator = torch.Generator().manual_seed(seed)
+    seconds = min_seconds + (max_seconds - min_seconds) * torch.rand(num_utterances, generator=generator)
+    lengths = (seconds * FRAMES_PER_SECOND).long()
+    num_frames = int(lengths.max())
+    dominant = torch.zeros(num_utterances, num_frames, dtype=torch.long)
+    for utterance, length in enumerate(lengths.tolist()):
+        frame = 0
+        gap = FRAMES_PER_SECOND / TOKENS_PER_SECOND
+        while True:
+            frame += int(torch.randint(1, int(2 * gap), (1,), generator=generator))
+            hold = int(torch.randint(1, 3, (1,), generator=generator))
+            if frame + hold > length:
+                break
+            dominant[utterance, frame : frame + hold] = int(torch.randint(1, vocab_size, (1,), generator=generator))
+            frame += hold
+    logits = torch.randn(num_utterances, num_frames, vocab_size, generator=generator)
+    # Margin log(V) + U(1, 8): the dominant class takes 0.6 to 0.999 of the mass for any V.
+    margin = math.log(vocab_size) + 1.0 + 7.0 * torch.rand(num_utterances, num_frames, generator=generator)
+    logits.scatter_add_(2, dominant.unsqueeze(-1), margin.unsqueeze(-1))
+    return logits.log_softmax(-1), lengths
+
+
+def time_batched(
+    search: Callable[[torch.Tensor, torch.Tensor], List[List[int]]],
+    log_probs: torch.Tensor,
+    lengths: torch.Tensor,
+    batch_size: int,
+    repeats: int,
+) -> tuple[float, List[List[int]]]:
+    """Best wall time over ``repeats`` of decoding all utterances in batches."""
+    best = math.inf
+    for _ in range(repeats):
+        outputs: List[List[int]] = []
+        start = time.perf_counter()
+        for first in range(0, log_probs.size(0), batch_size):
+            batch_lengths = lengths[first : first + batch_size]
+            batch = log_probs[first : first + batch_size, : int(batch_lengths.max())]
+            outputs += search(batch, batch_lengths)
+        best = min(best, time.perf_counter() - start)
+    return best, outputs
+
+
+def time_pyctcdecode(
+    log_probs: torch.Tensor, lengths: torch.Tensor, beam: int, pruning: bool
+) -> tuple[float, List[List[int]]]:
+    """Wall time of pyctcdecode's beam search, one utterance at a time; token ids back."""
+    import pyctcdecode
+
+    first_char = 0x4E00  # one CJK character per token: no spaces, no word handling
+    labels = [""] + [chr(first_char + token) for token in range(1, log_probs.size(2))]
+    decoder = pyctcdecode.build_ctcdecoder(labels)
+    options = {} if pruning else {"beam_prune_logp": -1e9, "token_min_logp": -1e9}
+    outputs = []
+    start = time.perf_counter()
+    for utterance, length in enumerate(lengths.tolist()):
+        text = decoder.decode_beams(log_probs[utterance, :length].numpy(), beam_width=beam, **options)[0][0]
+        outputs.append([ord(char) - first_char for char in text.replace(" ", "")])
+    return time.perf_counter() - start, outputs
+
+
+def machine_description() -> Dict[str, str]:
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+        model = fields.get("Model name", "unknown").strip()
+        cpus = fields.get("CPU(s)", "?").strip()
+    except (OSError, subprocess.CalledProcessError):
+        model, cpus = platform.processor() or "unknown", "?"
+    return {"cpu": model, "cpus": cpus, "torch": torch.__version__, "python": platform.python_version()}
+
+
+def agreement(ours: Sequence[List[int]], theirs: Sequence[List[int]]) -> float:
+    return sum(a == b for a, b in zip(ours, theirs)) / max(len(theirs), 1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[500, 5000])
+    parser.add_argument("--num-utterances", type=int, default=64)
+    parser.add_argument("--min-seconds", type=float, default=5.0)
+    parser.add_argument("--max-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[16, 64],
+        help="utterances per call of our search (decoding with --max-duration 600 s gives about 64)",
+    )
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (pyctcdecode uses one)")
+    parser.add_argument("--repeats", type=int, default=3, help="every timing is the best of this many runs")
+    parser.add_argument(
+        "--pyctcdecode-utterances", type=int, default=16,
+        help="first utterances decoded by pyctcdecode (it is slow); its RTF is over their audio",
+    )
+    parser.add_argument(
+        "--unpruned-max-vocab", type=int, default=1000,
+        help="run pyctcdecode without pruning only up to this vocabulary size (it expands every token)",
+    )
+    parser.add_argument("--unpruned-utterances", type=int, default=4)
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/decoding"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.num_utterances < 1 or min(args.batch_sizes) < 1 or args.pyctcdecode_utterances < 0:
+        parser.error("--num-utterances and --batch-sizes must be >= 1, --pyctcdecode-utterances >= 0")
+    if not 0 < args.min_seconds <= args.max_seconds:
+        parser.error(f"need 0 < --min-seconds <= --max-seconds, got {args.min_seconds}, {args.max_seconds}")
+    torch.set_num_threads(args.threads)
+    logging.getLogger("pyctcdecode").setLevel(logging.ERROR)
+
+    rows = []
+    for vocab_size in args.vocab_sizes:
+        log_probs, lengths = synthetic_posteriors(
+            args.num_utterances, vocab_size, args.min_seconds, args.max_seconds, args.seed
+        )
+        first_row = len(rows)
+        common = {"vocab_size": vocab_size, "beam": args.beam, "threads": args.threads}
+        audio_seconds = float(lengths.sum()) / FRAMES_PER_SECOND
+        searches = {
+            "ours greedy": ctc_greedy_search,
+            "ours prefix beam": lambda lp, ln: ctc_prefix_beam_search(lp, ln, beam=args.beam),
+        }
+        ours = []
+        for batch_size in args.batch_sizes:
+            for name, search in searches.items():
+                seconds, outputs = time_batched(search, log_probs, lengths, batch_size, args.repeats)
+                if name == "ours prefix beam":
+                    ours = outputs
+                rows.append({**common, "decoder": f"{name}, batch {batch_size}", "utterances": len(lengths),
+                             "audio_seconds": audio_seconds, "decode_seconds": seconds, "agreement": ""})
+        runs = [(True, "pyctcdecode (default pruning)", args.pyctcdecode_utterances)]
+        if vocab_size <= args.unpruned_max_vocab:
+            runs.append((False, "pyctcdecode (no pruning)", min(args.unpruned_utterances, args.pyctcdecode_utterances)))
+        for pruning, name, count in runs:
+            count = min(count, len(lengths))
+            if count == 0:
+                continue
+            subset = log_probs[:count].double()
+            seconds, theirs = min(
+                (time_pyctcdecode(subset, lengths[:count], args.beam, pruning) for _ in range(args.repeats)),
+                key=lambda run: run[0],
+            )
+            rows.append({**common, "decoder": name, "utterances": count,
+                         "audio_seconds": float(lengths[:count].sum()) / FRAMES_PER_SECOND,
+                         "decode_seconds": seconds, "agreement": f"{agreement(ours[:count], theirs):.3f}"})
+        for row in rows[first_row:]:
+            row["rtf"] = row["decode_seconds"] / row["audio_seconds"]
+            print(f"V={vocab_size:5d} {row['decoder']:32s} RTF {row['rtf']:.2e} "
+                  f"({row['decode_seconds']:.3f} s for {row['audio_seconds']:.0f} s of audio)", flush=True)
+    write_outputs(args, rows)
+
+
+def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    columns = ["vocab_size", "decoder", "beam", "threads", "utterances", "audio_seconds",
+               "decode_seconds", "rtf", "agreement"]
+    with open(args.output_dir / "results.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: (f"{row[key]:.6g}" if isinstance(row[key], float) else row[key]) for key in columns})
+    machine = machine_description()
+    command = "python " + " ".join(shlex.quote(part) for part in [sys.argv[0], *sys.argv[1:]])
+    lines = [
+        "# CTC decoding speed: ours vs pyctcdecode",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; torch {machine['torch']}, "
+        f"Python {machine['python']}; torch threads {args.threads}  ",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "",
+        "Synthetic peaky posteriors (see the script's docstring), 25 frames/s, blank 0, "
+        f"{args.num_utterances} utterances of {args.min_seconds:g}-{args.max_seconds:g} s. "
+        "RTF = decoding time / audio time. pyctcdecode decodes the first "
+        f"{args.pyctcdecode_utterances} utterances one by one (Python; without pruning only the first "
+        f"{args.unpruned_utterances}, and only for V <= {args.unpruned_max_vocab}); \"agreement\" is the "
+        "fraction of those where its best output equals ours. Every time is the best of "
+        f"{args.repeats} runs.",
+        "",
+        "| V | decoder | beam | utterances | audio (s) | decode (s) | RTF | agreement |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['vocab_size']} | {row['decoder']} | {row['beam']} | {row['utterances']} | "
+            f"{row['audio_seconds']:.0f} | {row['decode_seconds']:.3f} | {row['rtf']:.2e} | {row['agreement']} |"
+        )
+    (args.output_dir / "README.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
