@@ -111,3 +111,33 @@ def test_small_beam_gradient_end_to_end_matches_brute_force_occupancy():
     grad_logits[:, selected] -= occupancy
     assert math.isclose(loss.item(), expected_loss, rel_tol=1e-12)
     torch.testing.assert_close(x.grad[0], grad_logits @ weight, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("beam", [None, 100.0, 1000.0])
+def test_log_domain_fallback_when_scaled_sums_would_underflow(beam):
+    """Scores 800 nats apart inside one frame underflow FP64 probabilities; the scaled
+    passes detect it on the support and the sums are redone in the log domain."""
+    scores = torch.zeros(6, 3, dtype=torch.float64)
+    scores[:3, 2] = -800.0  # label 2 is nearly impossible early ...
+    scores[3:, 1] = -800.0  # ... and label 1 late
+    scores[2, 0] = -3.0
+    expected_loss, expected_occupancy, _ = brute_force_loss_and_occupancy(scores, [1, 2], beam)
+    result = align_one(scores, [1, 2], beam)
+    assert result.used_log_domain == (beam != 100.0)
+    assert math.isclose(float(result.losses[0]), expected_loss, rel_tol=1e-12)
+    torch.testing.assert_close(result.occupancy, expected_occupancy, rtol=0, atol=1e-12)
+
+
+def test_scaled_and_log_domain_sums_agree():
+    for seed in range(20):
+        scores, target = random_case(seed)
+        for beam in (None, 2.0):
+            relabeled = torch.tensor([target], dtype=torch.int64).reshape(1, len(target))
+            arguments = (scores, torch.tensor([0]), torch.tensor([scores.shape[0]]), relabeled,
+                         torch.tensor([len(target)]), torch.tensor([True]), beam, True)
+            scaled = align(*arguments)
+            logarithmic = align(*arguments, force_log_domain=True)
+            assert not scaled.used_log_domain and logarithmic.used_log_domain
+            torch.testing.assert_close(scaled.losses, logarithmic.losses, rtol=1e-13, atol=1e-14)
+            torch.testing.assert_close(scaled.occupancy, logarithmic.occupancy, rtol=0,
+                                       atol=1e-13)
