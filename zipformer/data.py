@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 from lhotse import CutSet, Fbank, FbankConfig, load_manifest, load_manifest_lazy
-from lhotse.dataset import CutMix, DynamicBucketingSampler, SpecAugment
+from lhotse.dataset import CutMix, DynamicBucketingSampler, DynamicCutSampler, SpecAugment
 from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeatures
 from torch.utils.data import DataLoader
 
@@ -256,24 +256,26 @@ def build_train_dataloader(
     )
     # Estimating the bucket bins read (and filtered) the first cuts: count epochs only.
     cut_filter.reset()
-    loader = DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=options.num_workers)
+    loader = _map_style_loader(dataset, sampler, options)
     return TrainData(loader=loader, sampler=sampler, dataset=dataset, cut_filter=cut_filter)
 
 
 def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: int = 0) -> DataLoader:
-    """Validation loader over ``options.valid_cuts``: no filter, no augmentation, no shuffling."""
+    """Validation loader over ``options.valid_cuts``: no filter, no augmentation, no shuffling.
+
+    Validation sets are small: a plain dynamic sampler, no bucketing (which would also
+    need at least ``num_buckets`` cuts).
+    """
     _check_rank(world_size, rank)
-    sampler = DynamicBucketingSampler(
+    sampler = DynamicCutSampler(
         load_cuts_lazy(options.valid_cuts, "valid_cuts"),
         max_duration=options.max_duration,
-        num_buckets=options.num_buckets,
         shuffle=False,
         drop_last=False,
         world_size=world_size,
         rank=rank,
     )
-    dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats)
-    return DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=options.num_workers)
+    return _map_style_loader(AsrDataset(on_the_fly_feats=options.on_the_fly_feats), sampler, options)
 
 
 def resumable_sampler_state(sampler: DynamicBucketingSampler, batches_consumed: int) -> Dict[str, Any]:
@@ -299,6 +301,16 @@ def resumable_sampler_state(sampler: DynamicBucketingSampler, batches_consumed: 
 def restore_sampler_state(sampler: DynamicBucketingSampler, state: Mapping[str, Any]) -> None:
     """Load a :func:`resumable_sampler_state` (the mapping is not modified)."""
     sampler.load_state_dict(copy.deepcopy(dict(state)))
+
+
+def _map_style_loader(dataset: AsrDataset, sampler: Union[DynamicBucketingSampler, DynamicCutSampler], options: DataOptions) -> DataLoader:
+    # batch_size=None: each sampler item is already a batch (a CutSet). The private
+    # generator keeps iterator creation (worker seeds) off torch's global RNG, which a
+    # resumed run restores from its checkpoint.
+    return DataLoader(
+        dataset, sampler=sampler, batch_size=None, num_workers=options.num_workers,
+        generator=torch.Generator().manual_seed(options.seed),
+    )
 
 
 def _check_rank(world_size: int, rank: int) -> None:

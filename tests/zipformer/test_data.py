@@ -4,11 +4,9 @@ import logging
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import pytest
-import soundfile
 import torch
-from lhotse import CutSet, Fbank, FbankConfig, LilcomChunkyWriter, Recording, SupervisionSegment
+from lhotse import CutSet
 
 from zipformer.cut_filters import TrainingCutFilter, is_alignable, num_adjacent_repeats, num_encoder_frames
 from zipformer.data import (
@@ -23,7 +21,6 @@ from zipformer.data import (
 )
 from zipformer.tokenizer import CharTokenizer
 
-SAMPLE_RATE = 16000
 # 1.5 s -> 150 fbank frames -> 36 encoder frames.
 REPEATS_TEXT = "AA BB CC DD EE FF GG"  # 14 tokens, 7 adjacent repeats
 CORPUS = {
@@ -46,43 +43,10 @@ CORPUS = {
 KEPT = sorted(["alignable-edge"] + [c for c in CORPUS if c.startswith("utt-")])
 
 
-def _synthesize(path: Path, duration: float, frequency: float, seed: int) -> None:
-    time = np.arange(int(round(duration * SAMPLE_RATE))) / SAMPLE_RATE
-    noise = np.random.default_rng(seed).normal(scale=0.05, size=time.shape)
-    soundfile.write(path, 0.3 * np.sin(2 * np.pi * frequency * time) + noise, SAMPLE_RATE)
-
-
-def _make_cuts(root: Path, items: Dict[str, tuple], name: str) -> Path:
-    (root / "wav").mkdir(exist_ok=True)
-    cuts = []
-    for index, (cut_id, (duration, text)) in enumerate(items.items()):
-        wav = root / "wav" / f"{cut_id}.wav"
-        _synthesize(wav, duration, 200.0 + 40 * index, seed=index)
-        cut = Recording.from_file(wav, recording_id=cut_id).to_cut()
-        cut.supervisions = [
-            SupervisionSegment(id=cut_id, recording_id=cut_id, start=0.0, duration=cut.duration, text=text)
-        ]
-        cuts.append(cut)
-    cuts = CutSet.from_cuts(cuts)
-    cuts = cuts.compute_and_store_features(
-        extractor=Fbank(FbankConfig(num_mel_bins=80)), storage_path=root / f"{name}_feats",
-        storage_type=LilcomChunkyWriter, num_jobs=1,
-    )
-    manifest = root / f"{name}_cuts.jsonl.gz"
-    cuts.to_file(manifest)
-    return manifest
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
     root = tmp_path_factory.mktemp("corpus")
-    train = _make_cuts(root, CORPUS, "train")
-    valid = _make_cuts(root, {k: CORPUS[k] for k in ("utt-b", "utt-d", "utt-f")}, "valid")
-    musan = _make_cuts(root, {"noise-1": (3.0, ""), "noise-2": (5.0, "")}, "musan")
-    tokens = root / "tokens.txt"
-    letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
-    tokens.write_text("\n".join(f"{s} {i}" for i, s in enumerate(["<blk>", "<sos/eos>", "<unk>"] + letters)) + "\n")
-    return {"train": train, "valid": valid, "musan": musan, "tokens": tokens}
+    return make_cut_corpus(root, train=CORPUS, valid={k: CORPUS[k] for k in ("utt-b", "utt-d", "utt-f")})
 
 
 def options_for(corpus: Dict[str, Path], **overrides) -> DataOptions:

@@ -1,0 +1,63 @@
+"""Miniature Lhotse corpora for the data-module and training tests.
+
+``make_cut_corpus(root, train={cut_id: (seconds, text)}, valid={...})`` synthesizes one
+wav per cut (a sine plus noise at 16 kHz), computes 80-dim fbank stored with
+``LilcomChunkyWriter`` and writes ``<name>_cuts.jsonl.gz`` manifests, plus a MUSAN-like
+noise manifest and a letter table ``tokens.txt`` (``<blk>`` 0, ``<sos/eos>`` 1,
+``<unk>`` 2, A-Z from 3). Cut ids are the keys given.
+"""
+
+from pathlib import Path
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+import pytest
+import soundfile
+from lhotse import CutSet, Fbank, FbankConfig, LilcomChunkyWriter, Recording, SupervisionSegment
+
+SAMPLE_RATE = 16000
+CutItems = Dict[str, Tuple[float, str]]
+
+
+def _synthesize(path: Path, duration: float, frequency: float, seed: int) -> None:
+    time = np.arange(int(round(duration * SAMPLE_RATE))) / SAMPLE_RATE
+    noise = np.random.default_rng(seed).normal(scale=0.05, size=time.shape)
+    soundfile.write(path, 0.3 * np.sin(2 * np.pi * frequency * time) + noise, SAMPLE_RATE)
+
+
+def _write_cuts(root: Path, items: CutItems, name: str) -> Path:
+    (root / "wav").mkdir(exist_ok=True)
+    cuts = []
+    for index, (cut_id, (duration, text)) in enumerate(items.items()):
+        wav = root / "wav" / f"{cut_id}.wav"
+        _synthesize(wav, duration, 200.0 + 40 * index, seed=index)
+        cut = Recording.from_file(wav, recording_id=cut_id).to_cut()
+        cut.supervisions = [
+            SupervisionSegment(id=cut_id, recording_id=cut_id, start=0.0, duration=cut.duration, text=text)
+        ]
+        cuts.append(cut)
+    cuts = CutSet.from_cuts(cuts).compute_and_store_features(
+        extractor=Fbank(FbankConfig(num_mel_bins=80)), storage_path=root / f"{name}_feats",
+        storage_type=LilcomChunkyWriter, num_jobs=1,
+    )
+    manifest = root / f"{name}_cuts.jsonl.gz"
+    cuts.to_file(manifest)
+    return manifest
+
+
+def build_cut_corpus(root: Path, train: CutItems, valid: CutItems, musan: Optional[CutItems] = None) -> Dict[str, Path]:
+    """Write the corpus under ``root``; returns paths keyed train, valid, musan, tokens."""
+    letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    tokens = root / "tokens.txt"
+    tokens.write_text("\n".join(f"{s} {i}" for i, s in enumerate(["<blk>", "<sos/eos>", "<unk>"] + letters)) + "\n")
+    return {
+        "train": _write_cuts(root, train, "train"),
+        "valid": _write_cuts(root, valid, "valid"),
+        "musan": _write_cuts(root, musan or {"noise-1": (3.0, ""), "noise-2": (5.0, "")}, "musan"),
+        "tokens": tokens,
+    }
+
+
+@pytest.fixture(scope="session")
+def make_cut_corpus() -> Callable[..., Dict[str, Path]]:
+    return build_cut_corpus
