@@ -47,8 +47,13 @@ class DataOptions:
     Durations are in seconds. Defaults are icefall's LibriSpeech values.
     """
 
-    train_cuts: str = "data/fbank/librispeech_cuts_train-all-shuf.jsonl.gz"
-    valid_cuts: str = "data/fbank/librispeech_cuts_dev-clean.jsonl.gz"
+    # Cut manifests; several comma-separated files are interleaved (see load_cuts_lazy).
+    train_cuts: str = (
+        "data/fbank/librispeech_cuts_train-clean-100.jsonl.gz,"
+        "data/fbank/librispeech_cuts_train-clean-360.jsonl.gz,"
+        "data/fbank/librispeech_cuts_train-other-500.jsonl.gz"
+    )
+    valid_cuts: str = "data/fbank/librispeech_cuts_dev-clean.jsonl.gz,data/fbank/librispeech_cuts_dev-other.jsonl.gz"
     musan_cuts: str = "data/fbank/musan_cuts.jsonl.gz"
     max_duration: float = 200.0  # total seconds of audio per batch
     num_buckets: int = 30
@@ -101,15 +106,30 @@ class DataOptions:
         return cls(**dict(values))
 
 
-def load_cuts_lazy(path: PathLike, option_name: str = "cuts") -> CutSet:
-    """A lazily read CutSet (``.jsonl`` or ``.jsonl.gz``); a missing file is named."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{option_name}: cut manifest not found: {path}")
-    cuts = load_manifest_lazy(path)
-    if not isinstance(cuts, CutSet):
-        raise ValueError(f"{option_name}: {path} is not a cut manifest (found {type(cuts).__name__})")
-    return cuts
+def load_cuts_lazy(paths: Union[PathLike, str], option_name: str = "cuts", seed: int = 0) -> CutSet:
+    """A lazily read CutSet from one manifest (``.jsonl`` / ``.jsonl.gz``) or several.
+
+    ``paths`` may be a comma-separated list: the manifests are then interleaved at
+    random (``CutSet.mux``, the same order on every pass for a given ``seed``), each
+    drawn in proportion to its file size, a stand-in for its number of cuts that
+    needs no pass over the data. A missing file is named with ``option_name``.
+    """
+    names = [p.strip() for p in str(paths).split(",") if p.strip()]
+    if not names:
+        raise ValueError(f"{option_name}: no cut manifest given")
+    cut_sets = []
+    for name in names:
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"{option_name}: cut manifest not found: {path}")
+        cuts = load_manifest_lazy(path)
+        if not isinstance(cuts, CutSet):
+            raise ValueError(f"{option_name}: {path} is not a cut manifest (found {type(cuts).__name__})")
+        cut_sets.append(cuts)
+    if len(cut_sets) == 1:
+        return cut_sets[0]
+    sizes = [max(Path(name).stat().st_size, 1) for name in names]
+    return CutSet.mux(*cut_sets, weights=sizes, seed=seed)
 
 
 def build_spec_augment(options: DataOptions) -> SpecAugment:
@@ -226,7 +246,7 @@ def build_train_dataloader(
     """Training loader over ``options.train_cuts`` for one rank, filtered and augmented."""
     _check_rank(world_size, rank)
     cut_filter = TrainingCutFilter(tokenizer, options.min_cut_duration, options.max_cut_duration)
-    cuts = load_cuts_lazy(options.train_cuts, "train_cuts").filter(cut_filter)
+    cuts = load_cuts_lazy(options.train_cuts, "train_cuts", seed=options.seed).filter(cut_filter)
     noise_cuts = None
     if options.enable_musan:
         musan_path = Path(options.musan_cuts)

@@ -67,6 +67,19 @@ def test_cut_ids_are_as_named(corpus: Dict[str, Path]) -> None:
     assert sorted(cut.id for cut in load_cuts_lazy(corpus["train"])) == sorted(CORPUS)
 
 
+def test_several_manifests_are_interleaved_once_each(corpus: Dict[str, Path], tmp_path: Path) -> None:
+    cuts = CutSet.from_cuts(load_cuts_lazy(corpus["train"]))
+    first, second = tmp_path / "first.jsonl.gz", tmp_path / "second.jsonl.gz"
+    cuts.subset(first=5).to_file(first)
+    cuts.subset(last=len(cuts) - 5).to_file(second)
+    combined = load_cuts_lazy(f"{first}, {second}", seed=3)
+    order = [cut.id for cut in combined]
+    assert sorted(order) == sorted(CORPUS)
+    assert order == [cut.id for cut in combined]  # the same order on every pass
+    with pytest.raises(FileNotFoundError, match="valid_cuts: cut manifest not found: .*missing.jsonl"):
+        load_cuts_lazy(f"{first},{tmp_path / 'missing.jsonl'}", "valid_cuts")
+
+
 def test_batches_hold_padded_features_lengths_texts_and_ids(corpus: Dict[str, Path]) -> None:
     loader = build_valid_dataloader(options_for(corpus))
     cuts = {cut.id: cut for cut in load_cuts_lazy(corpus["valid"])}
