@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, TypeVar
 
+import torch
 from lhotse.cut import Cut
 from lhotse.utils import compute_num_frames
 
 from zipformer.tokenizer import Tokenizer
 
 FRAME_SHIFT_SECONDS = 0.01
+FrameCount = TypeVar("FrameCount", int, torch.Tensor)
 
 
-def num_encoder_frames(num_feature_frames: int) -> int:
-    """Frames after Conv2dSubsampling (T -> (T-7)//2) and the encoder's final 2x downsampling."""
-    if num_feature_frames < 7:
-        return 0
-    return ((num_feature_frames - 7) // 2 + 1) // 2
+def num_encoder_frames(num_feature_frames: FrameCount) -> FrameCount:
+    """Frames after Conv2dSubsampling (T -> (T-7)//2) and the encoder's final 2x
+    downsampling, for an int or an integer tensor of lengths (0 when T < 7)."""
+    frames = ((num_feature_frames - 7) // 2 + 1) // 2
+    if isinstance(frames, torch.Tensor):
+        return frames.clamp(min=0)
+    return max(frames, 0)
 
 
 def num_adjacent_repeats(token_ids: Sequence[int]) -> int:
