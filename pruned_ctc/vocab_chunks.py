@@ -36,6 +36,19 @@ def _finite_or_zero(values: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isneginf(values), torch.zeros_like(values), values)
 
 
+# Columns summed at a time in FP64: sum(dtype=float64) converts its whole input first, so
+# converting a full (M, chunk) block would double the block's memory.
+COLUMNS_PER_FP64_SUM = 512
+
+
+def _sum_in_float64(block: torch.Tensor) -> torch.Tensor:
+    """Row sums of an (M, C) block, accumulated in FP64 a few columns at a time."""
+    total = torch.zeros(block.shape[0], dtype=torch.float64, device=block.device)
+    for start in range(0, block.shape[1], COLUMNS_PER_FP64_SUM):
+        total += block[:, start:start + COLUMNS_PER_FP64_SUM].sum(dim=1, dtype=torch.float64)
+    return total
+
+
 def full_vocabulary_normalizer(
     frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], chunk_size: int
 ) -> torch.Tensor:
@@ -57,13 +70,13 @@ def full_vocabulary_normalizer(
         chunk_max = logits.amax(dim=1).to(torch.float64)
         shift = _finite_or_zero(chunk_max)
         # exp(Z - chunk max) lies in [0, 1]; its terms are summed in FP64.
-        chunk_sum = logits.sub_(shift.to(logits.dtype).unsqueeze(1)).exp_().sum(
-            dim=1, dtype=torch.float64)
+        chunk_sum = _sum_in_float64(logits.sub_(shift.to(logits.dtype).unsqueeze(1)).exp_())
         new_max = torch.maximum(running_max, chunk_max)
         reference = _finite_or_zero(new_max)
         running_sum = running_sum * torch.exp(running_max - reference) + torch.where(
             chunk_sum > 0, chunk_sum * torch.exp(shift - reference), torch.zeros_like(chunk_sum))
         running_max = new_max
+        del logits  # free this block before the next one is allocated
     safe_max = _finite_or_zero(running_max)
     return torch.log(running_sum) + safe_max
 
@@ -139,6 +152,7 @@ class SelectedLogProbs(torch.autograd.Function):
                 grad_weight[start:stop] = (grad_logits.t() @ frames_c).to(weight.dtype)
             if grad_bias is not None:
                 grad_bias[start:stop] = grad_logits.sum(dim=0).to(bias.dtype)
+            del logits, grad_logits  # free this block before the next one is allocated
         if grad_frames is not None:
             grad_frames = grad_frames.to(frames.dtype)
         return grad_frames, grad_weight, grad_bias, None, None

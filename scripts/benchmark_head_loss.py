@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Head + CTC loss, forward and backward: standard CTC vs Pruned CTC (paper Fig. 3, App. D).
+
+Synthetic batches as in App. D.2: utterances of exactly 100 encoder frames (M / 100 of
+them), D = 512, about 25 target tokens per utterance with ids drawn from a Zipf-like
+distribution. Methods: ``standard`` (logits, log_softmax, torch CTC), ``unpruned``
+(Pruned CTC, beam None) and ``pruned`` (beam 100).
+
+Memory: every (method, V, M) runs in a fresh process, measured after the warm-up. On CPU,
+the peak resident set size above the baseline (torch loaded, head parameters and inputs
+resident), read from /proc/self/status after resetting the peak, with glibc's mmap
+threshold fixed so that freed blocks leave the resident set; on CUDA, ``max_memory_allocated`` above the
+same baseline. ``peak_extra_mb`` includes the (V, D) weight gradient that every method
+must produce; ``activation_mb`` subtracts it (and the bias gradient): the memory a method
+needs beyond the gradient itself. Time: median of ``--runs`` after ``--warmup`` runs,
+synchronized at both ends on CUDA.
+
+Also times the alignment DP alone (``--dp``): the finite-beam DP of ``pruned_ctc`` against
+torch's native CTC forward and backward on the same reduced (M, K) input.
+
+Example (CPU grid of the committed results):
+    python scripts/benchmark_head_loss.py --output-dir benchmarks/head_loss
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+METHODS = ("standard", "unpruned", "pruned")
+FRAMES_PER_UTTERANCE = 100
+TOKENS_PER_UTTERANCE = 25
+
+
+def make_batch(vocab_size: int, num_frames: int, dim: int, device: str, seed: int = 0):
+    """Encoder output (N, 100, D), head (V, D) + (V,), padded targets (N, 25) and lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    num_utterances = num_frames // FRAMES_PER_UTTERANCE
+    encoder_out = torch.randn(num_utterances, FRAMES_PER_UTTERANCE, dim, generator=generator)
+    weight = torch.randn(vocab_size, dim, generator=generator) * dim ** -0.5
+    bias = torch.zeros(vocab_size)
+    # Zipf-like ids: frequency of the r-th non-blank class proportional to 1 / r.
+    frequencies = 1.0 / torch.arange(1, vocab_size, dtype=torch.float64)
+    targets = torch.multinomial(frequencies, num_utterances * TOKENS_PER_UTTERANCE,
+                                replacement=True, generator=generator) + 1
+    targets = targets.view(num_utterances, TOKENS_PER_UTTERANCE)
+    frame_counts = torch.full((num_utterances,), FRAMES_PER_UTTERANCE, dtype=torch.int64)
+    target_lengths = torch.full((num_utterances,), TOKENS_PER_UTTERANCE, dtype=torch.int64)
+    return tuple(t.to(device) for t in (encoder_out, weight, bias, targets, frame_counts,
+                                        target_lengths))
+
+
+def cpu_memory_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def reset_cpu_peak() -> None:
+    # Writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0).
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_size: int,
+               device: str, warmup: int, runs: int) -> dict:
+    """One configuration in this process: times and peak memory."""
+    from pruned_ctc import pruned_ctc_loss, standard_ctc_loss
+
+    encoder_out, weight, bias, targets, frame_counts, target_lengths = make_batch(
+        vocab_size, num_frames, dim, device)
+    weight.requires_grad_(True)
+    bias.requires_grad_(True)
+    encoder_out.requires_grad_(True)
+    if method == "standard":
+        loss_function, options = standard_ctc_loss, {}
+    else:
+        loss_function = pruned_ctc_loss
+        options = dict(chunk_size=chunk_size, beam=None if method == "unpruned" else 100.0)
+
+    def step() -> float:
+        for tensor in (encoder_out, weight, bias):
+            tensor.grad = None
+        synchronize(device)
+        start = time.perf_counter()
+        loss = loss_function(encoder_out, weight, bias, targets, frame_counts,
+                             target_lengths=target_lengths, **options)
+        loss.backward()
+        synchronize(device)
+        return time.perf_counter() - start
+
+    for _ in range(warmup):  # also brings up one-time allocator and BLAS workspaces
+        step()
+    for tensor in (encoder_out, weight, bias):
+        tensor.grad = None
+    if device == "cuda":
+        torch.cuda.synchronize()
+        baseline = torch.cuda.memory_allocated() / 2 ** 20
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        baseline = cpu_memory_mb("VmRSS")
+        reset_cpu_peak()
+    times = [step() for _ in range(runs)]
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2 ** 20
+    else:
+        peak = cpu_memory_mb("VmHWM")
+    gradient_mb = (weight.numel() + bias.numel()) * weight.element_size() / 2 ** 20
+    from pruned_ctc.inputs import prepare_batch
+    selected = prepare_batch(encoder_out, vocab_size, targets, frame_counts, target_lengths,
+                             0).selected_classes.numel()
+    return dict(method=method, vocab_size=vocab_size, frames=num_frames, dim=dim,
+                chunk_size=chunk_size if method != "standard" else "",
+                selected_classes=selected, time_s=statistics.median(times),
+                times_s=" ".join(f"{t:.4f}" for t in times),
+                peak_extra_mb=round(peak - baseline, 1),
+                activation_mb=round(peak - baseline - gradient_mb, 1))
+
+
+def run_dp(num_frames: int, vocab_size: int, device: str, runs: int) -> dict:
+    """The finite-beam DP vs torch's native CTC on the same reduced (M, K) input."""
+    from pruned_ctc.alignment import align
+    from pruned_ctc.inputs import prepare_batch
+
+    encoder_out, _, _, targets, frame_counts, target_lengths = make_batch(
+        vocab_size, num_frames, 4, device)
+    batch = prepare_batch(encoder_out, vocab_size, targets, frame_counts, target_lengths, 0)
+    num_selected = batch.selected_classes.numel()
+    generator = torch.Generator().manual_seed(1)
+    selected_log_probs = (torch.randn(num_frames, num_selected, generator=generator) * 2
+                          ).log_softmax(-1).to(device)
+    offsets = torch.cumsum(frame_counts, 0) - frame_counts
+
+    def ours(beam):
+        align(selected_log_probs, offsets, frame_counts, batch.relabeled_targets,
+              batch.target_lengths, batch.alignable, beam, True)
+
+    def native():
+        log_probs = selected_log_probs.view(-1, FRAMES_PER_UTTERANCE, num_selected)
+        log_probs = log_probs.transpose(0, 1).detach().requires_grad_(True)
+        F.ctc_loss(log_probs, batch.relabeled_targets, frame_counts, batch.target_lengths,
+                   reduction="sum").backward()
+
+    def median_time(function) -> float:
+        function()
+        times = []
+        for _ in range(runs):
+            synchronize(device)
+            start = time.perf_counter()
+            function()
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    native_s = median_time(native)
+    beam_s = median_time(lambda: ours(100.0))
+    exact_s = median_time(lambda: ours(None))
+    return dict(frames=num_frames, vocab_size=vocab_size, selected_classes=num_selected,
+                torch_ctc_s=native_s, dp_beam100_s=beam_s, dp_exact_s=exact_s,
+                ratio_beam100=beam_s / native_s, ratio_exact=exact_s / native_s)
+
+
+def machine_description(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name(0)
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+
+
+def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path, command: str,
+                  device: str) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    header = (f"Command: `{command}`\n\nMachine: {machine_description(device)}; "
+              f"torch {torch.__version__}; date {stamp}\n")
+    for name, table in (("head_loss", rows), ("dp", dp_rows)):
+        if not table:
+            continue
+        temporary = output_dir / f".{name}_{device}.csv.tmp"
+        with open(temporary, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
+        os.replace(temporary, output_dir / f"{name}_{device}.csv")
+
+    lines = [f"# Head + CTC loss, forward + backward ({device})", "", header]
+    if rows:
+        by_key = {(r["frames"], r["vocab_size"], r["method"]): r for r in rows}
+        lines += ["| M | V | K | standard time (s) | pruned time (s) | unpruned time (s) | "
+                  "pruned / standard time | standard activation (MB) | pruned activation (MB) "
+                  "| unpruned activation (MB) | standard / pruned memory |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for frames, vocab_size in sorted({(r["frames"], r["vocab_size"]) for r in rows}):
+            standard = by_key.get((frames, vocab_size, "standard"))
+            pruned = by_key.get((frames, vocab_size, "pruned"))
+            unpruned = by_key.get((frames, vocab_size, "unpruned"))
+            if not (standard and pruned and unpruned):
+                continue
+            lines.append(
+                f"| {frames} | {vocab_size} | {pruned['selected_classes']} | "
+                f"{standard['time_s']:.3f} | {pruned['time_s']:.3f} | {unpruned['time_s']:.3f} | "
+                f"{pruned['time_s'] / standard['time_s']:.2f} | {standard['activation_mb']:.0f} | "
+                f"{pruned['activation_mb']:.0f} | {unpruned['activation_mb']:.0f} | "
+                f"{standard['activation_mb'] / max(pruned['activation_mb'], 1e-9):.1f} |")
+        lines += ["", "Activation = peak extra memory minus the (V, D) weight gradient and the "
+                  "bias gradient, which every method produces. Full columns in the CSV."]
+    if dp_rows:
+        lines += ["", "## Alignment DP alone vs torch's native CTC (same reduced (M, K) input)",
+                  "", "| M | K | torch CTC (s) | ours, beam 100 (s) | ours, exact (s) | "
+                  "ratio beam 100 | ratio exact |", "|---|---|---|---|---|---|---|"]
+        for r in dp_rows:
+            lines.append(f"| {r['frames']} | {r['selected_classes']} | {r['torch_ctc_s']:.4f} | "
+                         f"{r['dp_beam100_s']:.4f} | {r['dp_exact_s']:.4f} | "
+                         f"{r['ratio_beam100']:.2f} | {r['ratio_exact']:.2f} |")
+    temporary = output_dir / f".README_{device}.md.tmp"
+    temporary.write_text("\n".join(lines) + "\n")
+    os.replace(temporary, output_dir / f"results_{device}.md")
+    if rows:
+        plot(rows, output_dir / f"head_loss_{device}.png", device)
+
+
+def plot(rows: list[dict], path: Path, device: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame_sizes = sorted({r["frames"] for r in rows})
+    figure, axes = plt.subplots(2, len(frame_sizes), figsize=(5 * len(frame_sizes), 7),
+                                squeeze=False)
+    styles = {"standard": ("tab:red", "o"), "unpruned": ("tab:blue", "s"),
+              "pruned": ("tab:green", "^")}
+    for column, frames in enumerate(frame_sizes):
+        for method in METHODS:
+            points = sorted((r["vocab_size"], r["activation_mb"], r["time_s"]) for r in rows
+                            if r["frames"] == frames and r["method"] == method)
+            if not points:
+                continue
+            vocab, memory, seconds = zip(*points)
+            color, marker = styles[method]
+            axes[0][column].plot([v / 1000 for v in vocab], [m / 1024 for m in memory],
+                                 color=color, marker=marker, label=method)
+            axes[1][column].plot([v / 1000 for v in vocab], seconds, color=color,
+                                 marker=marker, label=method)
+        axes[0][column].set_title(f"M = {frames:,} frames ({device})")
+        axes[0][column].set_ylabel("memory above gradient (GiB)")
+        axes[1][column].set_ylabel("time, forward + backward (s)")
+        axes[1][column].set_xlabel("vocabulary size V (thousands)")
+        for axis in axes[:, column]:
+            axis.grid(alpha=0.3)
+            axis.legend()
+    figure.tight_layout()
+    temporary = path.with_name("." + path.name + ".tmp.png")
+    figure.savefig(temporary, dpi=110)
+    os.replace(temporary, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--vocab-sizes", type=int, nargs="+",
+                        default=[500, 2000, 5000, 10000, 20000, 50000, 100000])
+    parser.add_argument("--frames", type=int, nargs="+", default=[2000, 4000],
+                        help="M, total frames per batch (multiples of 100)")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--chunk-size", type=int, default=4096)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dp", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the alignment DP against torch's CTC")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/head_loss"))
+    parser.add_argument("--single", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    for frames in args.frames:
+        if frames % FRAMES_PER_UTTERANCE:
+            parser.error(f"--frames {frames}: must be a multiple of {FRAMES_PER_UTTERANCE}")
+
+    if args.single:
+        method, vocab_size, frames = args.single.split(",")
+        result = run_single(method, int(vocab_size), int(frames), args.dim, args.chunk_size,
+                            args.device, args.warmup, args.runs)
+        print("RESULT " + json.dumps(result))
+        return
+
+    command = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
+    configurations = [(m, v, f) for f in args.frames for v in args.vocab_sizes
+                      for m in args.methods]
+    rows = []
+    started = time.time()
+    for index, (method, vocab_size, frames) in enumerate(configurations, 1):
+        child = [sys.executable, __file__, "--single", f"{method},{vocab_size},{frames}",
+                 "--device", args.device, "--dim", str(args.dim), "--chunk-size",
+                 str(args.chunk_size), "--warmup", str(args.warmup), "--runs", str(args.runs)]
+        # A fixed mmap threshold makes glibc return every large block to the system when
+        # it is freed, so that the resident set size follows the live tensors.
+        environment = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+        completed = subprocess.run(child, capture_output=True, text=True, env=environment)
+        results = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+        if completed.returncode != 0 or not results:
+            reason = "out of memory" if "out of memory" in completed.stderr.lower() else (
+                completed.stderr.strip().splitlines() or ["failed"])[-1]
+            print(f"[{index}/{len(configurations)}] {method} V={vocab_size} M={frames}: "
+                  f"{reason}", flush=True)
+            continue
+        row = json.loads(results[0][len("RESULT "):])
+        rows.append(row)
+        elapsed = time.time() - started
+        eta = elapsed / index * (len(configurations) - index)
+        print(f"[{index}/{len(configurations)}] {method:9s} V={vocab_size:>6} M={frames}: "
+              f"{row['time_s']:.3f} s, {row['activation_mb']:.0f} MB above gradient "
+              f"(elapsed {elapsed:.0f} s, ETA {eta:.0f} s)", flush=True)
+    dp_rows = []
+    if args.dp:
+        for frames in args.frames:
+            dp_rows.append(run_dp(frames, 20000, args.device, max(args.runs, 5)))
+            print(f"DP M={frames}: " + json.dumps(dp_rows[-1]), flush=True)
+    write_outputs(rows, dp_rows, args.output_dir, command, args.device)
+    print(f"wrote {args.output_dir}/results_{args.device}.md")
+
+
+if __name__ == "__main__":
+    main()
