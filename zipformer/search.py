@@ -20,11 +20,12 @@ use 0.3 and 0.7).
 The search runs on the whole batch and beam at once: each frame is a fixed number of
 tensor operations on (N, beam) and (N, beam, K) tensors, with no Python loop over
 utterances or hypotheses. Equal prefixes are found without comparing token
-sequences: every slot records which slot holds its parent prefix (the prefix minus
-its last token), so "h + c is already in the beam" is "some slot has parent h and
-last token c" (the only way one prefix can arise twice in a frame, since distinct
-pairs (h, c) give distinct prefixes). Token sequences are recovered at the end from
-per-frame back-pointers.
+sequences: each slot carries a 64-bit polynomial hash of its prefix and of its parent
+prefix (the prefix minus its last token), so "h + c is already in the beam" and "the
+parent of g is in the beam" are tensor comparisons. (Two different prefixes would
+have to collide modulo 2**64 while sharing one utterance's beam in the same frame for
+this to go wrong.) Token sequences are recovered at the end from per-frame
+back-pointers.
 
 What is pruned per frame, and why it does not change the result: an extension
 h + c (token c appended to hypothesis h) is computed only for the K = beam + 1 most
@@ -56,6 +57,9 @@ __all__ = ["Hypothesis", "ctc_greedy_search", "ctc_prefix_beam_search"]
 
 _NO_TOKEN = -1
 _NEG_INF = float("-inf")
+# Odd 64-bit multiplier (2**64 / golden ratio, as a signed int64) of the prefix hash
+# h(prefix + c) = h(prefix) * M + c + 1, wrapping modulo 2**64.
+_HASH_MULTIPLIER = 0x9E3779B97F4A7C15 - 2**64
 
 
 class Hypothesis(NamedTuple):
@@ -211,6 +215,7 @@ class _FrameScores:
         frame_index = torch.arange(log_probs.size(1), device=device)
         padding = frame_index.unsqueeze(0) >= lengths.to(device).unsqueeze(1)  # (N, T)
         self.log_probs = log_probs
+        self.blank_id = blank_id
         self.blank = log_probs[:, :, blank_id].to(torch.float64).masked_fill(padding, 0.0)
         self.padding_offset = torch.zeros_like(self.blank).masked_fill(padding, _NEG_INF)
         if num_frames > 0:
@@ -221,57 +226,64 @@ class _FrameScores:
 class _Beam:
     """(N, B) state of the beam; slot b of utterance n is one prefix.
 
-    ``parent_slot`` is the slot holding the prefix without its last token, or -1 if
-    that prefix is not in the beam: with it, extensions into prefixes already in the
-    beam are found and scored exactly without comparing token sequences.
+    Prefixes are identified by a 64-bit polynomial hash (``prefix_hash``; the hash of
+    the prefix minus its last token is ``parent_hash``), so finding equal prefixes and
+    parents is a tensor comparison.
     """
 
-    def __init__(self, log_p_blank, log_p_token, bonus, last_token, parent_slot) -> None:
+    def __init__(self, log_p_blank, log_p_token, bonus, last_token, prefix_hash, parent_hash) -> None:
         self.log_p_blank = log_p_blank
         self.log_p_token = log_p_token
         self.bonus = bonus  # token_penalty * prefix length
         self.last_token = last_token
-        self.parent_slot = parent_slot
+        self.prefix_hash = prefix_hash
+        self.parent_hash = parent_hash
 
     @classmethod
     def initial(cls, num_utterances: int, beam: int, blank_id: int, device: torch.device) -> "_Beam":
         """Slot 0 holds the empty prefix, the other slots are dead (probability 0).
 
-        The empty prefix has the blank as its "last token" (no emitted token equals it).
+        The empty prefix has the blank as its "last token": no emitted token equals it,
+        and it marks the one prefix without a parent.
         """
         shape = (num_utterances, beam)
         log_p_blank = torch.full(shape, _NEG_INF, dtype=torch.float64, device=device)
         log_p_blank[:, 0] = 0.0
+        zeros = torch.zeros(shape, dtype=torch.long, device=device)
         return cls(
             log_p_blank,
             torch.full(shape, _NEG_INF, dtype=torch.float64, device=device),
             torch.zeros(shape, dtype=torch.float64, device=device),
             torch.full(shape, blank_id, dtype=torch.long, device=device),
-            torch.full(shape, -1, dtype=torch.long, device=device),
+            zeros,
+            zeros.clone(),
         )
 
     def advance(self, frames: _FrameScores, frame: int, token_penalty: float) -> Tuple[torch.Tensor, torch.Tensor]:
         """Consume one frame; return back-pointers (source slot, emitted token or -1), (N, B)."""
         num_utterances, beam = self.last_token.shape
-        slots = torch.arange(beam, device=self.last_token.device)
-        log_p_blank, log_p_token, last_token, parent_slot = (
-            self.log_p_blank, self.log_p_token, self.last_token, self.parent_slot
+        log_p_blank, log_p_token, last_token, prefix_hash = (
+            self.log_p_blank, self.log_p_token, self.last_token, self.prefix_hash
         )
         total = torch.logaddexp(log_p_blank, log_p_token)
-        # The empty prefix's last token is the blank: its repeat score multiplies
-        # log_p_token = -inf, and no top-K token equals it.
+        alive = total > _NEG_INF
+        # Live slots other than the empty prefix (whose "last token" is the blank).
+        alive_non_empty = alive & (last_token != frames.blank_id)
+        # The empty prefix's repeat score multiplies its log_p_token = -inf.
         last_score = frames.log_probs[:, frame, :].gather(1, last_token).to(torch.float64)
         last_score = last_score + frames.padding_offset[:, frame : frame + 1]
 
         # Stay on each prefix g: a blank, a repeat of last(g), or (exactly, whatever the
-        # token's rank) the extension of g's parent by last(g).
-        has_parent = parent_slot >= 0
-        parent = parent_slot.clamp(min=0)
+        # token's rank) the extension of g's parent h, if h is in the beam, by last(g).
+        is_parent = (self.parent_hash.unsqueeze(2) == prefix_hash.unsqueeze(1)) & (
+            alive_non_empty.unsqueeze(2) & alive.unsqueeze(1)
+        )  # [n, g, h]
         parent_base = torch.where(
-            last_token.gather(1, parent) == last_token, log_p_blank.gather(1, parent), total.gather(1, parent)
-        ).masked_fill(~has_parent, _NEG_INF)
+            last_token.unsqueeze(2) == last_token.unsqueeze(1), log_p_blank.unsqueeze(1), total.unsqueeze(1)
+        )
+        from_parent = parent_base.masked_fill(~is_parent, _NEG_INF).logsumexp(dim=2)
         stay_blank = total + frames.blank[:, frame : frame + 1]
-        stay_token = torch.logaddexp(log_p_token, parent_base) + last_score
+        stay_token = torch.logaddexp(log_p_token, from_parent) + last_score
 
         # New prefixes h + c for the top-K tokens c, unless h + c is already a slot.
         tokens = frames.top_tokens[:, frame, :]  # (N, K)
@@ -279,31 +291,28 @@ class _Beam:
         extension = torch.where(
             tokens.unsqueeze(1) == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
         ) + frames.top_values[:, frame, :].unsqueeze(1)  # (N, B, K)
-        is_child_of = parent_slot.unsqueeze(1) == slots.view(1, beam, 1)  # (N, H, G)
-        has_token = last_token.unsqueeze(1) == tokens.unsqueeze(2)  # (N, K, G)
-        in_beam = (is_child_of.unsqueeze(2) & has_token.unsqueeze(1)).any(-1)  # (N, H, K)
-        extension = extension.masked_fill(in_beam, _NEG_INF)
-        extension_rank = extension + (self.bonus + token_penalty).unsqueeze(2)
-        extension = extension.flatten(1)  # (N, B * K)
-        rank = torch.cat(
-            [torch.logaddexp(stay_blank, stay_token) + self.bonus, extension_rank.flatten(1)], dim=1
+        extension_hash = prefix_hash.unsqueeze(2) * _HASH_MULTIPLIER + (tokens + 1).unsqueeze(1)
+        in_beam = (extension_hash.unsqueeze(3) == prefix_hash.view(num_utterances, 1, 1, beam)) & (
+            alive_non_empty.view(num_utterances, 1, 1, beam)
         )
+        extension = extension.masked_fill(in_beam.any(dim=3), _NEG_INF)
+        extension_rank = extension + (self.bonus + token_penalty).unsqueeze(2)
+        rank = torch.cat([torch.logaddexp(stay_blank, stay_token) + self.bonus, extension_rank.flatten(1)], dim=1)
+
         best = rank.topk(beam, dim=1).indices  # (N, B)
         is_stay = best < beam
         extension_index = (best - beam).clamp(min=0)
         source = torch.where(is_stay, best, extension_index // num_extensions)
         new_token = tokens.gather(1, extension_index % num_extensions)
-
-        # Where the prefixes of the old slots went: the new slot of each kept stay.
-        new_slot_of = torch.full((num_utterances, beam + 1), -1, dtype=torch.long, device=best.device)
-        new_slot_of.scatter_(1, torch.where(is_stay, best, beam), slots.expand(num_utterances, beam))
-        new_slot_of[:, beam] = -1
-        old_parent = torch.where(is_stay, parent_slot.gather(1, source), source)
-        self.parent_slot = new_slot_of.gather(1, old_parent.masked_fill(old_parent < 0, beam))
+        source_hash = prefix_hash.gather(1, source)
         self.log_p_blank = torch.where(is_stay, stay_blank.gather(1, source), _NEG_INF)
-        self.log_p_token = torch.where(is_stay, stay_token.gather(1, source), extension.gather(1, extension_index))
+        self.log_p_token = torch.where(
+            is_stay, stay_token.gather(1, source), extension.flatten(1).gather(1, extension_index)
+        )
         self.bonus = self.bonus.gather(1, source) + torch.where(is_stay, 0.0, token_penalty)
         self.last_token = torch.where(is_stay, last_token.gather(1, source), new_token)
+        self.parent_hash = torch.where(is_stay, self.parent_hash.gather(1, source), source_hash)
+        self.prefix_hash = torch.where(is_stay, source_hash, extension_hash.flatten(1).gather(1, extension_index))
         return source, new_token.masked_fill(is_stay, _NO_TOKEN)
 
 

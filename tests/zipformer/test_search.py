@@ -15,6 +15,8 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zipformer.search import ctc_greedy_search, ctc_prefix_beam_search
 
@@ -149,6 +151,32 @@ def test_top_k_pruning_matches_search_expanding_every_token(beam):
             for hypothesis in hypotheses:
                 assert hypothesis.log_prob == pytest.approx(reference_scores[tuple(hypothesis.tokens)], abs=1e-9)
                 assert hypothesis.score == pytest.approx(hypothesis.log_prob + penalty * len(hypothesis.tokens))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    num_frames=st.integers(1, 12),
+    vocab_size=st.integers(2, 8),
+    beam=st.integers(1, 6),
+    blank_fraction=st.floats(0.0, 0.99),
+    penalty=st.sampled_from([0.0, -1.0, 1.5]),
+    sharpness=st.floats(0.5, 6.0),
+    seed=st.integers(0, 10_000),
+)
+def test_any_shape_beam_and_blank_matches_reference_search(
+    num_frames, vocab_size, beam, blank_fraction, penalty, sharpness, seed
+):
+    generator = torch.Generator().manual_seed(seed)
+    log_probs = (sharpness * torch.randn(1, num_frames, vocab_size, generator=generator)).log_softmax(-1)
+    blank_id = int(blank_fraction * vocab_size)
+    nbest = ctc_prefix_beam_search(
+        log_probs, torch.tensor([num_frames]), beam=beam, blank_id=blank_id, token_penalty=penalty, return_nbest=True
+    )[0]
+    reference = dict(reference_prefix_beam_search(log_probs[0], beam, blank_id, penalty))
+    reference = {prefix: score for prefix, score in reference.items() if score > -math.inf}
+    assert {tuple(h.tokens) for h in nbest} == set(reference)
+    for hypothesis in nbest:
+        assert hypothesis.log_prob == pytest.approx(reference[tuple(hypothesis.tokens)], abs=1e-9)
 
 
 def test_nbest_is_sorted_and_first_entry_is_the_best_hypothesis():
