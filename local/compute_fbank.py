@@ -83,12 +83,26 @@ def compute_fbank(
         num_jobs=num_jobs,
         storage_type=LilcomChunkyWriter,
     )
+    _require_every_cut(cuts, with_features, output_cuts)
     if trim_to_supervisions:
         with_features = with_features.trim_to_supervisions(keep_overlapping=False)
     with atomic_output(output_cuts) as partial:
         with_features.to_file(partial)
     logging.info(f"wrote {output_cuts}")
     return output_cuts
+
+
+def _require_every_cut(cuts: CutSet, with_features: CutSet, output_cuts: Path) -> None:
+    """Lhotse logs and skips a cut whose audio cannot be read; a manifest silently
+    missing utterances is worse than a stop, so name them and stop."""
+    done = {cut.id for cut in with_features}
+    missing = [cut for cut in cuts if cut.id not in done]
+    if missing:
+        sources = sorted({source.source for cut in missing for source in cut.recording.sources})
+        raise RuntimeError(
+            f"features of {len(missing)} cuts for {output_cuts} could not be computed because their "
+            f"audio did not load, e.g. cut {missing[0].id}; audio files: {sources[:5]}"
+        )
 
 
 def compute_fbank_of_parts(
@@ -179,7 +193,7 @@ def main(argv: Sequence[str] = None) -> None:
             )
         else:
             compute_fbank_of_raw_parts(args.corpus, args.fbank_dir, args.parts, args.num_jobs)
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, RuntimeError) as error:
         raise SystemExit(f"ERROR: {error}")
 
 

@@ -1,0 +1,132 @@
+"""Broken corpora and interrupted stages: clear messages that name the file or
+folder, no half-written manifest, and reruns that finish the work."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+
+from local.corpus_checks import CorpusError
+from local.prepare_manifests import prepare_manifests
+
+PARTS = ("dev-clean", "test-clean")
+
+
+@pytest.fixture
+def tiny_librispeech(tmp_path):
+    from local.make_mini_corpus import make_librispeech
+
+    return make_librispeech(tmp_path / "download", {part: 3 for part in PARTS}, seed=7)
+
+
+def _assert_no_manifest(output_dir):
+    leftovers = list(output_dir.rglob("*")) if output_dir.exists() else []
+    assert leftovers == [], leftovers
+
+
+def test_missing_corpus_folder_says_where_to_place_it(recipe_copy, run_recipe):
+    recipe = recipe_copy("librispeech")
+    result = run_recipe(recipe, "--stage", "1", "--stop-stage", "1", check=False)
+    message = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"{recipe}/download/LibriSpeech does not exist" in message
+    assert "ln -s /path/to/your/LibriSpeech" in message
+    assert not list((recipe / "data/manifests").glob("*.jsonl.gz"))
+
+
+def test_corrupt_audio_file_is_named(tiny_librispeech, tmp_path):
+    broken = sorted((tiny_librispeech / "dev-clean").rglob("*.flac"))[1]
+    broken.write_bytes(b"not a flac file at all" * 10)
+    with pytest.raises(CorpusError, match=f"audio file {broken} is not readable audio"):
+        prepare_manifests("librispeech", tiny_librispeech, tmp_path / "manifests", PARTS)
+    _assert_no_manifest(tmp_path / "manifests")
+
+
+def test_transcript_line_without_audio_names_the_transcript_line(tiny_librispeech, tmp_path):
+    missing = sorted((tiny_librispeech / "test-clean").rglob("*.flac"))[0]
+    missing.unlink()
+    transcript = next(missing.parent.glob("*.trans.txt"))
+    with pytest.raises(CorpusError, match=f"{transcript}:1: utterance {missing.stem} has no audio file"):
+        prepare_manifests("librispeech", tiny_librispeech, tmp_path / "manifests", PARTS)
+    _assert_no_manifest(tmp_path / "manifests")
+
+
+def test_empty_split_names_the_folder(tiny_librispeech, tmp_path):
+    part_dir = tiny_librispeech / "dev-clean"
+    for child in part_dir.iterdir():
+        shutil.rmtree(child)
+    with pytest.raises(CorpusError, match=f"{part_dir} holds no transcripts .*an empty split"):
+        prepare_manifests("librispeech", tiny_librispeech, tmp_path / "manifests", PARTS)
+    _assert_no_manifest(tmp_path / "manifests")
+
+
+def test_missing_part_lists_the_parts_found(tiny_librispeech, tmp_path):
+    with pytest.raises(CorpusError, match=r"train-clean-100 does not exist; found \['dev-clean', 'test-clean'\]"):
+        prepare_manifests("librispeech", tiny_librispeech, tmp_path / "manifests", ["train-clean-100"])
+
+
+def test_aishell_empty_split_and_transcript_without_audio(tmp_path, caplog):
+    from local.make_mini_corpus import make_aishell
+
+    corpus = make_aishell(tmp_path / "aishell", {"train": 3, "dev": 2, "test": 2}, seed=1)
+    dev_wav = sorted((corpus / "data_aishell/wav/dev").rglob("*.wav"))[0]
+    dev_wav.unlink()
+    transcript = corpus / "data_aishell/transcript/aishell_transcript_v0.8.txt"
+    with caplog.at_level(logging.WARNING):
+        prepare_manifests("aishell", corpus, tmp_path / "manifests")
+    assert f"1 lines of {transcript} have no wav file" in caplog.text and dev_wav.stem in caplog.text
+    for wav in (corpus / "data_aishell/wav/test").rglob("*.wav"):
+        wav.unlink()
+    with pytest.raises(CorpusError, match=f"{corpus}/data_aishell/wav/test holds no wav files"):
+        prepare_manifests("aishell", corpus, tmp_path / "manifests2")
+    _assert_no_manifest(tmp_path / "manifests2")
+
+
+def test_gigaspeech_missing_opus_is_named(tmp_path):
+    from local.make_mini_corpus import make_gigaspeech
+
+    corpus = make_gigaspeech(tmp_path / "GigaSpeech", {"XL": 1, "DEV": 1}, segments_per_recording=1, seed=1)
+    opus = sorted(corpus.rglob("*.opus"))[1]
+    opus.unlink()
+    with pytest.raises(CorpusError, match=f"do not exist, e.g. {opus}"):
+        prepare_manifests("gigaspeech", corpus, tmp_path / "manifests", ["XL", "DEV"])
+    _assert_no_manifest(tmp_path / "manifests")
+
+
+def test_interrupted_feature_stage_completes_on_rerun(tiny_librispeech, tmp_path):
+    from local.compute_fbank import compute_fbank_of_parts
+
+    manifests, fbank = tmp_path / "manifests", tmp_path / "fbank"
+    prepare_manifests("librispeech", tiny_librispeech, manifests, PARTS)
+    audio = sorted((tiny_librispeech / "test-clean").rglob("*.flac"))[2]
+    good = audio.read_bytes()
+    audio.write_bytes(good[: len(good) // 3])  # truncated mid-stage: extraction fails on it
+    with pytest.raises(RuntimeError, match=f"could not be computed .*{audio}"):
+        compute_fbank_of_parts("librispeech", manifests, fbank, PARTS)
+    first = fbank / "librispeech_cuts_dev-clean.jsonl.gz"
+    assert first.is_file() and not (fbank / "librispeech_cuts_test-clean.jsonl.gz").exists()
+    assert not list(fbank.glob("*partial*"))
+    finished_at = first.stat().st_mtime_ns
+    audio.write_bytes(good)
+    outputs = compute_fbank_of_parts("librispeech", manifests, fbank, PARTS)
+    from lhotse import load_manifest
+
+    assert [len(load_manifest(path)) for path in outputs] == [3, 3]
+    assert first.stat().st_mtime_ns == finished_at
+
+
+def test_failed_download_says_how_to_place_a_copy(tmp_path, monkeypatch):
+    import lhotse.recipes
+
+    from local.download_corpus import DownloadError, download_corpus
+
+    def offline(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(lhotse.recipes, "download_librispeech", offline)
+    with pytest.raises(DownloadError, match=f"ln -s /path/to/your/LibriSpeech {tmp_path}/LibriSpeech"):
+        download_corpus("librispeech", tmp_path, ["dev-clean"])
+    with pytest.raises(DownloadError, match=f"write it into {tmp_path}/password"):
+        download_corpus("gigaspeech", tmp_path, ["XL"])
