@@ -1,0 +1,148 @@
+"""Specifications of the Zipformer encoder (zipformer/encoder.py, layer.py, attention.py)."""
+
+import math
+
+import pytest
+import torch
+
+from zipformer.attention import CompactRelPositionalEncoding, relative_to_absolute
+from zipformer.encoder import (
+    SimpleDownsample, ZipformerEncoder, convert_num_channels, encoder_output_lengths,
+)
+from zipformer.presets import get_preset
+from zipformer.scaling import set_batch_count
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models run fastest on one thread, and far faster on a loaded CI machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder():
+    torch.manual_seed(0)
+    return ZipformerEncoder(get_preset("tiny"))
+
+
+@pytest.mark.parametrize("num_frames", [9, 10, 11, 13, 16, 31, 64, 99, 100, 157, 400])
+def test_output_length_formula(tiny_encoder, num_frames):
+    tiny_encoder.eval()
+    with torch.no_grad():
+        y, lens = tiny_encoder(torch.randn(2, num_frames, 80), torch.tensor([num_frames, 9]))
+    expected = ((num_frames - 7) // 2 + 1) // 2
+    assert y.shape == (2, expected, 64)  # max(encoder_dim)
+    assert lens.tolist() == [expected, 1]
+
+
+def test_output_length_helper_matches_formula():
+    frames = torch.arange(9, 5000)
+    assert torch.equal(encoder_output_lengths(frames), ((frames - 7) // 2 + 1) // 2)
+
+
+def test_outputs_at_valid_frames_do_not_depend_on_padding(tiny_encoder):
+    tiny_encoder.eval()
+    torch.manual_seed(1)
+    lengths = [131, 97, 40, 9]
+    features = torch.randn(len(lengths), 140, 80)
+    with torch.no_grad():
+        batched, batched_lens = tiny_encoder(features, torch.tensor(lengths))
+        for i, length in enumerate(lengths):
+            alone, alone_lens = tiny_encoder(features[i:i + 1, :length], torch.tensor([length]))
+            valid = int(alone_lens[0])
+            assert valid == int(batched_lens[i])
+            assert alone.shape[1] == valid
+            assert (batched[i, :valid] - alone[0]).abs().max() < 1e-5
+
+
+def test_every_parameter_gets_a_finite_gradient(tiny_encoder):
+    torch.manual_seed(2)
+    tiny_encoder.train()
+    set_batch_count(tiny_encoder, 30000.0)  # past warm-up: no positional-term skipping
+    y, lens = tiny_encoder(torch.randn(3, 120, 80), torch.tensor([120, 100, 60]))
+    (y ** 2).sum().backward()
+    for name, param in tiny_encoder.named_parameters():
+        assert param.grad is not None, name
+        assert torch.isfinite(param.grad).all(), name
+        assert param.grad.abs().sum() > 0, name
+    tiny_encoder.zero_grad()
+
+
+def test_bf16_autocast_forward_and_backward_on_cpu(tiny_encoder):
+    tiny_encoder.train()
+    features = torch.randn(2, 80, 80)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, _ = tiny_encoder(features, torch.tensor([80, 70]))
+    assert y.dtype == torch.bfloat16
+    y.float().pow(2).sum().backward()
+    grads = [p.grad for p in tiny_encoder.parameters()]
+    assert all(g is None or torch.isfinite(g).all() for g in grads)
+    assert sum(g is not None for g in grads) > 0.9 * len(grads)
+    tiny_encoder.zero_grad()
+
+
+def test_wrong_feature_dimension_is_named(tiny_encoder):
+    with pytest.raises(ValueError, match=r"\(N, T, 80\), got \(2, 50, 83\)"):
+        tiny_encoder(torch.randn(2, 50, 83), torch.tensor([50, 50]))
+
+
+def test_lengths_longer_than_the_batch_are_named(tiny_encoder):
+    with pytest.raises(ValueError, match="length of 51 frames, longer than the batch's 50"):
+        tiny_encoder(torch.randn(2, 50, 80), torch.tensor([51, 50]))
+
+
+def test_lengths_of_the_wrong_shape_are_named(tiny_encoder):
+    with pytest.raises(ValueError, match=r"shape \(2,\), got \(3,\)"):
+        tiny_encoder(torch.randn(2, 50, 80), torch.tensor([50, 50, 50]))
+
+
+def test_simple_downsample_repeats_each_utterances_last_frame():
+    down = SimpleDownsample(4)
+    with torch.no_grad():
+        down.bias.copy_(torch.tensor([0.0, 1.0, 2.0, 3.0]))
+    x = torch.arange(10.0).view(1, 10, 1).repeat(2, 1, 1)
+    with torch.no_grad():
+        y, lens = down(x, torch.tensor([10, 6]))
+    weights = torch.tensor([0.0, 1.0, 2.0, 3.0]).softmax(0)
+    assert lens.tolist() == [3, 2]
+    assert y[0, 2, 0] == pytest.approx(float(weights @ torch.tensor([8.0, 9.0, 9.0, 9.0])))
+    assert y[1, 1, 0] == pytest.approx(float(weights @ torch.tensor([4.0, 5.0, 5.0, 5.0])))
+
+
+def test_channel_conversion_truncates_or_zero_pads():
+    x = torch.ones(1, 2, 4)
+    assert convert_num_channels(x, 3).shape == (1, 2, 3)
+    padded = convert_num_channels(x, 6)
+    assert padded.shape == (1, 2, 6) and padded[..., 4:].abs().sum() == 0
+
+
+def test_relative_positional_encoding_depends_on_offset_only():
+    encoding = CompactRelPositionalEncoding(16).eval()
+    short, long = encoding.embedding(5, "cpu"), encoding.embedding(9, "cpu")
+    assert short.shape == (9, 16)
+    assert torch.allclose(short, long[4:13])  # offsets 4 .. -4
+    assert torch.all(short[:, -1] == 1.0)
+    assert torch.allclose(short[4, 0::2], torch.ones(8))  # offset 0: cos(0) = 1
+
+
+def test_relative_to_absolute_reads_offset_query_minus_key():
+    frames = 4
+    offsets = torch.arange(frames - 1, -frames, -1).float()  # column m holds T-1-m
+    scores = relative_to_absolute(offsets.expand(frames, -1).clone())
+    expected = torch.arange(frames)[:, None] - torch.arange(frames)[None, :]
+    assert torch.equal(scores, expected.float())
+
+
+def test_sequence_level_skips_follow_the_staggered_schedule():
+    with torch.device("meta"):
+        encoder = ZipformerEncoder(get_preset("M"))
+    encoder.train()
+    set_batch_count(encoder, 0.0)
+    first = encoder.stacks[0].layers[0].bypass.skip_rate
+    assert float(first) == pytest.approx(0.5)
+    set_batch_count(encoder, 1e6)
+    rates = [float(stack.stack.layers[0].bypass.skip_rate) for stack in encoder.stacks[1:4]]
+    assert rates == pytest.approx([0.035 * math.sqrt(f) for f in (2, 4, 8)])

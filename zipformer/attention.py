@@ -1,0 +1,172 @@
+"""Attention parts of a Zipformer layer (paper Section 3.3, facts 2.1).
+
+Attention weights are computed once per layer (:class:`RelPositionAttentionWeights`) and
+reused by :class:`NonlinAttention` and two :class:`SelfAttention` modules. Layout is
+batch first: x (N, T, C); weights (heads, N, T_query, T_key).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from zipformer.scaling import (
+    Balancer, FloatLike, ScheduledFloat, Whiten, scaled_linear,
+)
+
+# Masked scores are set to this value (facts 2.1); exp(-1000) is exactly 0 in float32.
+MASKED_SCORE = -1000.0
+
+
+class CompactRelPositionalEncoding(nn.Module):
+    """Embeddings of relative offsets T-1, ..., -(T-1), shape (2T - 1, pos_dim).
+
+    The offset is log-compressed (slope 1 near 0, compression length sqrt(pos_dim)),
+    squashed by atan, and then cos/sin at integer frequencies 1 .. pos_dim/2; the last
+    dimension is the constant 1 (a bias), facts 2.1. No parameters: the embedding of an
+    offset does not depend on the sequence length, which keeps padding invariance.
+    """
+
+    def __init__(self, pos_dim: int, dropout: float = 0.15) -> None:
+        super().__init__()
+        if pos_dim % 2 != 0:
+            raise ValueError(f"pos_dim must be even, got {pos_dim}")
+        self.pos_dim = pos_dim
+        self.dropout = nn.Dropout(dropout)
+
+    def embedding(self, num_frames: int, device: torch.device) -> Tensor:
+        offsets = torch.arange(num_frames - 1, -num_frames, -1, device=device,
+                               dtype=torch.float32)
+        compression = math.sqrt(self.pos_dim)
+        compressed = compression * offsets.sign() * (
+            torch.log(offsets.abs() + compression) - math.log(compression))
+        angle = torch.atan(compressed * (2.0 * math.pi / self.pos_dim))
+        frequencies = torch.arange(1, self.pos_dim // 2 + 1, device=device, dtype=torch.float32)
+        phases = angle[:, None] * frequencies[None, :]
+        table = torch.stack([phases.cos(), phases.sin()], dim=-1).reshape(-1, self.pos_dim)
+        table[:, -1] = 1.0
+        return table
+
+    def forward(self, num_frames: int, device: torch.device) -> Tensor:
+        return self.dropout(self.embedding(num_frames, device))
+
+
+def relative_to_absolute(pos_scores: Tensor) -> Tensor:
+    """(..., T, 2T - 1) scores indexed by offset -> (..., T, T) indexed by key position.
+
+    Column m of ``pos_scores`` holds offset T-1-m (query minus key), so entry (i, j)
+    reads column T-1-i+j.
+    """
+    *lead, frames, width = pos_scores.shape
+    pos_scores = pos_scores.contiguous()
+    strides = list(pos_scores.stride())
+    return pos_scores.as_strided(
+        (*lead, frames, frames), (*strides[:-2], strides[-2] - 1, strides[-1]),
+        pos_scores.storage_offset() + frames - 1)
+
+
+class RelPositionAttentionWeights(nn.Module):
+    """Multi-head attention weights with relative-position scores (facts 2.1).
+
+    One projection gives query and key (query_head_dim each per head) and a positional
+    query (pos_head_dim per head). Scores = q.k + p.proj(pos_emb); the projection's init
+    scale query_head_dim^-0.25 replaces the usual 1/sqrt(d) factor.
+    x: (N, T, C), pos_emb: (2T-1, pos_dim), key_padding_mask: (N, T) True at padding
+    -> weights (heads, N, T, T).
+    """
+
+    def __init__(self, embed_dim: int, pos_dim: int, num_heads: int, query_head_dim: int,
+                 pos_head_dim: int,
+                 pos_emb_skip_rate: Optional[FloatLike] = None) -> None:
+        super().__init__()
+        self.num_heads, self.query_head_dim, self.pos_head_dim = (
+            num_heads, query_head_dim, pos_head_dim)
+        self.in_proj = scaled_linear(embed_dim, (2 * query_head_dim + pos_head_dim) * num_heads,
+                                     initial_scale=query_head_dim ** -0.25)
+        self.linear_pos = scaled_linear(pos_dim, num_heads * pos_head_dim, bias=False,
+                                        initial_scale=0.05)
+        self.key_whiten = Whiten(num_groups=num_heads, whitening_limit=ScheduledFloat(
+            (0.0, 3.0), (4000.0, 3.0), default=3.0), grad_scale=0.025)
+        self.key_balancer = Balancer(query_head_dim * num_heads, min_positive=0.4,
+                                     max_positive=0.6, min_abs=0.0, max_abs=100.0,
+                                     grad_scale=0.025)
+        self.pos_emb_skip_rate = pos_emb_skip_rate if pos_emb_skip_rate is not None else (
+            ScheduledFloat((0.0, 0.5), (4000.0, 0.0), default=0.0))
+
+    def forward(self, x: Tensor, pos_emb: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        batch, frames, _ = x.shape
+        heads, qdim, pdim = self.num_heads, self.query_head_dim, self.pos_head_dim
+        projected = self.in_proj(x)
+        query = projected[..., : qdim * heads]
+        key = self.key_balancer(self.key_whiten(projected[..., qdim * heads: 2 * qdim * heads]))
+        pos_query = projected[..., 2 * qdim * heads:]
+
+        query = query.reshape(batch, frames, heads, qdim).permute(2, 0, 1, 3)
+        key = key.reshape(batch, frames, heads, qdim).permute(2, 0, 3, 1)
+        scores = torch.matmul(query, key)  # (H, N, T, T)
+
+        skip_pos = self.training and random.random() < float(self.pos_emb_skip_rate)
+        if not skip_pos:
+            pos_query = pos_query.reshape(batch, frames, heads, pdim).permute(2, 0, 1, 3)
+            pos_key = self.linear_pos(pos_emb.to(x.dtype))  # (2T-1, H * pdim)
+            pos_key = pos_key.reshape(-1, heads, pdim).permute(1, 2, 0)  # (H, pdim, 2T-1)
+            pos_scores = torch.matmul(pos_query, pos_key.unsqueeze(1))  # (H, N, T, 2T-1)
+            scores = scores + relative_to_absolute(pos_scores)
+
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[None, :, None, :], MASKED_SCORE)
+        return scores.softmax(dim=-1)
+
+
+class SelfAttention(nn.Module):
+    """Applies precomputed attention weights to a value projection (facts 2.1).
+
+    x: (N, T, C), weights: (heads, N, T, T) -> (N, T, C).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, value_head_dim: int) -> None:
+        super().__init__()
+        self.num_heads, self.value_head_dim = num_heads, value_head_dim
+        self.in_proj = nn.Linear(embed_dim, num_heads * value_head_dim)
+        self.out_proj = scaled_linear(num_heads * value_head_dim, embed_dim, initial_scale=0.05)
+        self.whiten = Whiten(num_groups=1, whitening_limit=ScheduledFloat(
+            (0.0, 7.5), (20000.0, 15.0), default=7.5), grad_scale=0.01)
+
+    def forward(self, x: Tensor, attn_weights: Tensor) -> Tensor:
+        batch, frames, _ = x.shape
+        values = self.in_proj(x).reshape(batch, frames, self.num_heads, self.value_head_dim)
+        values = values.permute(2, 0, 1, 3)  # (H, N, T, vdim)
+        attended = torch.matmul(attn_weights.to(values.dtype), values)
+        attended = attended.permute(1, 2, 0, 3).reshape(batch, frames, -1)
+        return self.whiten(self.out_proj(attended))
+
+
+class NonlinAttention(nn.Module):
+    """Like the convolution module, with attention weights in place of the convolution.
+
+    d -> 3 x (3d/4) split into s, x, y; x * tanh(s) mixed over time by the first head's
+    weights, times y, projected back to d (init 0.05), facts 2.1.
+    x: (N, T, C), attn_weights: (N, T, T) -> (N, T, C).
+    """
+
+    def __init__(self, embed_dim: int, hidden_channels: int) -> None:
+        super().__init__()
+        self.hidden_channels = hidden_channels
+        self.in_proj = nn.Linear(embed_dim, 3 * hidden_channels)
+        self.gate_balancer = Balancer(hidden_channels, min_positive=0.05, max_positive=1.0,
+                                      min_abs=0.2, max_abs=ScheduledFloat(
+                                          (0.0, 2.5), (4000.0, 10.0), default=10.0))
+        self.out_proj = scaled_linear(hidden_channels, embed_dim, initial_scale=0.05)
+        self.whiten_hidden = Whiten(num_groups=1, whitening_limit=5.0, grad_scale=0.01)
+        self.whiten_out = Whiten(num_groups=1, whitening_limit=5.0, grad_scale=0.01)
+
+    def forward(self, x: Tensor, attn_weights: Tensor) -> Tensor:
+        gate, hidden, out_gate = self.in_proj(x).chunk(3, dim=-1)
+        hidden = hidden * torch.tanh(self.gate_balancer(gate))
+        hidden = self.whiten_hidden(hidden)
+        hidden = torch.matmul(attn_weights.to(hidden.dtype), hidden)
+        return self.whiten_out(self.out_proj(hidden * out_gate))

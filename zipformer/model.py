@@ -1,0 +1,94 @@
+"""CTC model: Zipformer encoder -> Dropout(0.1) -> vocabulary head, trained with Pruned CTC.
+
+The head's weight and bias go straight to the loss, so training never forms (N, T, V)
+logits (paper Sec. 3). Mixed precision (paper App. D.2): the encoder runs under the
+caller's bf16/fp16 autocast; dropout, head and loss run in FP32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from zipformer.encoder import ZipformerEncoder
+from zipformer.presets import ZipformerConfig
+from zipformer.scaling import set_batch_count
+
+Targets = Union[Sequence[Sequence[int]], Tensor]
+
+
+class CTCModel(nn.Module):
+    """features (N, T, 80), feature_lens (N,) -> CTC loss or log-probs (N, T', V).
+
+    T' = ((T - 7) // 2 + 1) // 2. ``config.loss`` chooses "pruned" (Pruned CTC) or
+    "standard" (dense head + log_softmax + torch CTC, the baseline); both have the same
+    signature (``pruned_ctc.pruned_ctc_loss``).
+    """
+
+    def __init__(self, config: ZipformerConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.encoder = ZipformerEncoder(config)
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.head = nn.Linear(config.output_dim, config.vocab_size)
+
+    def set_batch_count(self, batch_count: float) -> None:
+        """Drive the encoder's schedules (dropouts, skip rates, balancers): see facts 2.1."""
+        set_batch_count(self, batch_count)
+
+    def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Encoder output in FP32 (N, T', D) and its lengths (N,)."""
+        encoder_out, encoder_out_lens = self.encoder(features, feature_lens)
+        return encoder_out.float(), encoder_out_lens
+
+    def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets,
+                target_lengths: Optional[Tensor] = None,
+                return_stats: bool = False) -> Any:
+        """Summed CTC loss over the batch (a scalar; reduction "sum" as icefall).
+
+        targets: a list of N token-id lists without blanks, or a padded (N, U) tensor with
+        ``target_lengths``. With ``return_stats`` also returns pruned_ctc's LossStats
+        (which utterances were excluded and why).
+        """
+        encoder_out, encoder_out_lens = self.encode(features, feature_lens)
+        with torch.autocast(device_type=encoder_out.device.type, enabled=False):
+            encoder_out = self.dropout(encoder_out)
+            return self.loss_function()(
+                encoder_out, self.head.weight, self.head.bias, targets, encoder_out_lens,
+                target_lengths=target_lengths, blank_id=self.config.blank_id,
+                chunk_size=self.config.chunk_size, beam=self.config.beam, reduction="sum",
+                return_stats=return_stats)
+
+    def loss_function(self):
+        """The configured loss function (imported lazily: the model builds without it)."""
+        from pruned_ctc import pruned_ctc_loss, standard_ctc_loss
+
+        return pruned_ctc_loss if self.config.loss == "pruned" else standard_ctc_loss
+
+    def log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Full-vocabulary log-probabilities (N, T', V) in FP32 and lengths (N,), for
+        decoding (greedy or prefix beam search)."""
+        encoder_out, encoder_out_lens = self.encode(features, feature_lens)
+        with torch.autocast(device_type=encoder_out.device.type, enabled=False):
+            logits = self.head(self.dropout(encoder_out))
+            return logits.log_softmax(dim=-1), encoder_out_lens
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def parameter_groups(model: nn.Module, lr: float) -> List[dict]:
+    """One optimizer group per distinct ``lr_scale`` found on enclosing modules (facts
+    3.1); the Zipformer CTC recipe sets none, giving a single group at ``lr``."""
+    groups: dict = {}
+    scales = {"": 1.0}
+    for name, module in model.named_modules():
+        parent = name.rpartition(".")[0] if name else None
+        scale = scales.get(parent, 1.0) if parent is not None else 1.0
+        scales[name] = scale * float(getattr(module, "lr_scale", 1.0))
+        for param_name, param in module.named_parameters(recurse=False):
+            groups.setdefault(scales[name], []).append(param)
+    return [{"params": params, "lr": lr * scale} for scale, params in groups.items()]
