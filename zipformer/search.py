@@ -201,7 +201,8 @@ def ctc_prefix_beam_search(
 
 
 class _FrameScores:
-    """What the search reads of each frame, precomputed for the whole batch.
+    """What the search reads of each frame, precomputed for the whole batch and split
+    into per-frame views (so the loop spends no operations on slicing).
 
     Frames past an utterance's length are made neutral (blank has probability 1, every
     other token 0), so its beam passes through them unchanged and the loop needs no
@@ -214,13 +215,16 @@ class _FrameScores:
         device = log_probs.device
         frame_index = torch.arange(log_probs.size(1), device=device)
         padding = frame_index.unsqueeze(0) >= lengths.to(device).unsqueeze(1)  # (N, T)
-        self.log_probs = log_probs
+        blank = log_probs[:, :, blank_id].to(torch.float64).masked_fill(padding, 0.0)
         self.blank_id = blank_id
-        self.blank = log_probs[:, :, blank_id].to(torch.float64).masked_fill(padding, 0.0)
-        self.padding_offset = torch.zeros_like(self.blank).masked_fill(padding, _NEG_INF)
+        self.log_probs = log_probs.unbind(1)  # T x (N, V)
+        self.blank = blank.unsqueeze(2).unbind(1)  # T x (N, 1)
+        self.padding_offset = torch.zeros_like(blank).masked_fill(padding, _NEG_INF).unsqueeze(2).unbind(1)
         if num_frames > 0:
-            values, self.top_tokens = _top_nonblank_tokens(log_probs, blank_id, num_extensions)
-            self.top_values = values.to(torch.float64).masked_fill(padding.unsqueeze(-1), _NEG_INF)
+            values, tokens = _top_nonblank_tokens(log_probs, blank_id, num_extensions)
+            values = values.to(torch.float64).masked_fill(padding.unsqueeze(-1), _NEG_INF)
+            self.top_tokens = tokens.unbind(1)  # T x (N, K)
+            self.top_values = values.unsqueeze(2).unbind(1)  # T x (N, 1, K)
 
 
 class _Beam:
@@ -270,8 +274,7 @@ class _Beam:
         # Live slots other than the empty prefix (whose "last token" is the blank).
         alive_non_empty = alive & (last_token != frames.blank_id)
         # The empty prefix's repeat score multiplies its log_p_token = -inf.
-        last_score = frames.log_probs[:, frame, :].gather(1, last_token).to(torch.float64)
-        last_score = last_score + frames.padding_offset[:, frame : frame + 1]
+        last_score = frames.log_probs[frame].gather(1, last_token).to(torch.float64) + frames.padding_offset[frame]
 
         # Stay on each prefix g: a blank, a repeat of last(g), or (exactly, whatever the
         # token's rank) the extension of g's parent h, if h is in the beam, by last(g).
@@ -281,16 +284,17 @@ class _Beam:
         parent_base = torch.where(
             last_token.unsqueeze(2) == last_token.unsqueeze(1), log_p_blank.unsqueeze(1), total.unsqueeze(1)
         )
-        from_parent = parent_base.masked_fill(~is_parent, _NEG_INF).logsumexp(dim=2)
-        stay_blank = total + frames.blank[:, frame : frame + 1]
+        # At most one live slot holds a given prefix, so the max selects the parent.
+        from_parent = parent_base.masked_fill(~is_parent, _NEG_INF).amax(dim=2)
+        stay_blank = total + frames.blank[frame]
         stay_token = torch.logaddexp(log_p_token, from_parent) + last_score
 
         # New prefixes h + c for the top-K tokens c, unless h + c is already a slot.
-        tokens = frames.top_tokens[:, frame, :]  # (N, K)
+        tokens = frames.top_tokens[frame]  # (N, K)
         num_extensions = tokens.size(1)
         extension = torch.where(
             tokens.unsqueeze(1) == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
-        ) + frames.top_values[:, frame, :].unsqueeze(1)  # (N, B, K)
+        ) + frames.top_values[frame]  # (N, B, K)
         extension_hash = prefix_hash.unsqueeze(2) * _HASH_MULTIPLIER + (tokens + 1).unsqueeze(1)
         in_beam = (extension_hash.unsqueeze(3) == prefix_hash.view(num_utterances, 1, 1, beam)) & (
             alive_non_empty.view(num_utterances, 1, 1, beam)
