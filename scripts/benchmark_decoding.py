@@ -54,7 +54,8 @@ def synthetic_posteriors(
             hold = int(torch.randint(1, 3, (1,), generator=generator))
             if frame + hold > length:
                 break
-            dominant[utterance, frame : frame + hold] = int(torch.randint(1, vocab_size, (1,), generator=generator))
+            token = int(torch.randint(1, vocab_size, (1,), generator=generator))
+            dominant[utterance, frame : frame + hold] = token
             frame += hold
     logits = torch.randn(num_utterances, num_frames, vocab_size, generator=generator)
     # Margin log(V) + U(1, 8): the dominant class takes 0.6 to 0.999 of the mass for any V.
@@ -117,7 +118,9 @@ def agreement(ours: Sequence[List[int]], theirs: Sequence[List[int]]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[500, 5000])
     parser.add_argument("--num-utterances", type=int, default=64)
     parser.add_argument("--min-seconds", type=float, default=5.0)
@@ -170,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "audio_seconds": audio_seconds, "decode_seconds": seconds, "agreement": ""})
         runs = [(True, "pyctcdecode (default pruning)", args.pyctcdecode_utterances)]
         if vocab_size <= args.unpruned_max_vocab:
-            runs.append((False, "pyctcdecode (no pruning)", min(args.unpruned_utterances, args.pyctcdecode_utterances)))
+            unpruned = min(args.unpruned_utterances, args.pyctcdecode_utterances)
+            runs.append((False, "pyctcdecode (no pruning)", unpruned))
         for pruning, name, count in runs:
             count = min(count, len(lengths))
             if count == 0:
@@ -198,7 +202,9 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
         writer = csv.DictWriter(file, fieldnames=columns)
         writer.writeheader()
         for row in rows:
-            writer.writerow({key: (f"{row[key]:.6g}" if isinstance(row[key], float) else row[key]) for key in columns})
+            writer.writerow(
+                {key: (f"{row[key]:.6g}" if isinstance(row[key], float) else row[key]) for key in columns}
+            )
     machine = machine_description()
     command = "python " + " ".join(shlex.quote(part) for part in [sys.argv[0], *sys.argv[1:]])
     lines = [
@@ -223,7 +229,8 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
     for row in rows:
         lines.append(
             f"| {row['vocab_size']} | {row['decoder']} | {row['beam']} | {row['utterances']} | "
-            f"{row['audio_seconds']:.0f} | {row['decode_seconds']:.3f} | {row['rtf']:.2e} | {row['agreement']} |"
+            f"{row['audio_seconds']:.0f} | {row['decode_seconds']:.3f} | {row['rtf']:.2e} | "
+            f"{row['agreement']} |"
         )
     (args.output_dir / "README.md").write_text("\n".join(lines) + "\n")
 

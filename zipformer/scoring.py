@@ -139,7 +139,9 @@ def _check_results(results: Sequence[Result], argument: str) -> None:
             raise TypeError(f"{argument} must hold (cut_id, ref_words, hyp_words) triples, got {result!r}")
         for words in result[1:]:
             if isinstance(words, str) or not all(isinstance(word, str) for word in words):
-                raise TypeError(f"{argument}: ref/hyp must be lists of str words, got {words!r} in {result!r}")
+                raise TypeError(
+                    f"{argument}: ref/hyp must be lists of str words, got {words!r} in {result!r}"
+                )
 
 
 def _scoring_units(results: Sequence[Result], compute_cer: bool) -> List[Result]:
@@ -216,7 +218,8 @@ def format_error_stats(stats: ErrorStats) -> str:
     per_word = sorted(stats.word_counts.items(), key=lambda item: (sum(item[1][1:]), item[0]), reverse=True)
     for word, (correct, ref_sub, hyp_sub, inserted, deleted) in per_word:
         errors = ref_sub + hyp_sub + inserted + deleted
-        lines.append(f"{word}   {correct} {errors} {correct + ref_sub + deleted} {correct + hyp_sub + inserted}")
+        in_ref, in_hyp = correct + ref_sub + deleted, correct + hyp_sub + inserted
+        lines.append(f"{word}   {correct} {errors} {in_ref} {in_hyp}")
     return "\n".join(lines) + "\n"
 
 
@@ -235,7 +238,8 @@ def format_recogs(results: Sequence[Result], compute_cer: bool = False) -> str:
 
 def format_wer_summary(rates: Mapping[str, float]) -> str:
     """The text of an icefall wer-summary- file: settings sorted by error rate, best first."""
-    lines = ["settings\tWER"] + [f"{key}\t{rate}" for key, rate in sorted(rates.items(), key=lambda kv: kv[1])]
+    ranked = sorted(rates.items(), key=lambda kv: kv[1])
+    lines = ["settings\tWER"] + [f"{key}\t{rate}" for key, rate in ranked]
     return "\n".join(lines) + "\n"
 
 
@@ -305,10 +309,11 @@ def save_results(
     for key, results in non_empty.items():
         if text_normalizer is not None:
             results = _normalized(results, text_normalizer)
-        write_text_atomically(result_dir / f"recogs-{test_set_name}-{key}{tail}.txt", format_recogs(results, compute_cer))
+        recogs = format_recogs(results, compute_cer)
+        write_text_atomically(result_dir / f"recogs-{test_set_name}-{key}{tail}.txt", recogs)
         stats = compute_error_stats(results, compute_cer)
         if stats.reference_length == 0:
-            print(f"Test set {test_set_name}, setting {key}: references are empty, {unit} is {stats.error_rate}.")
+            print(f"Test set {test_set_name}, setting {key}: empty references, {unit} {stats.error_rate}.")
         write_text_atomically(result_dir / f"errs-{test_set_name}-{key}{tail}.txt", format_error_stats(stats))
         rates[key] = float(f"{stats.error_rate:.2f}")  # the value icefall prints
         logging.info(

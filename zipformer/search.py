@@ -210,7 +210,12 @@ class _FrameScores:
     """
 
     def __init__(
-        self, log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, num_extensions: int, num_frames: int
+        self,
+        log_probs: torch.Tensor,
+        lengths: torch.Tensor,
+        blank_id: int,
+        num_extensions: int,
+        num_frames: int,
     ) -> None:
         device = log_probs.device
         frame_index = torch.arange(log_probs.size(1), device=device)
@@ -263,7 +268,9 @@ class _Beam:
             zeros.clone(),
         )
 
-    def advance(self, frames: _FrameScores, frame: int, token_penalty: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    def advance(
+        self, frames: _FrameScores, frame: int, token_penalty: float
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Consume one frame; return back-pointers (source slot, emitted token or -1), (N, B)."""
         num_utterances, beam = self.last_token.shape
         log_p_blank, log_p_token, last_token, prefix_hash = (
@@ -274,7 +281,8 @@ class _Beam:
         # Live slots other than the empty prefix (whose "last token" is the blank).
         alive_non_empty = alive & (last_token != frames.blank_id)
         # The empty prefix's repeat score multiplies its log_p_token = -inf.
-        last_score = frames.log_probs[frame].gather(1, last_token).to(torch.float64) + frames.padding_offset[frame]
+        last_score = frames.log_probs[frame].gather(1, last_token).to(torch.float64)
+        last_score = last_score + frames.padding_offset[frame]
 
         # Stay on each prefix g: a blank, a repeat of last(g), or (exactly, whatever the
         # token's rank) the extension of g's parent h, if h is in the beam, by last(g).
@@ -301,7 +309,8 @@ class _Beam:
         )
         extension = extension.masked_fill(in_beam.any(dim=3), _NEG_INF)
         extension_rank = extension + (self.bonus + token_penalty).unsqueeze(2)
-        rank = torch.cat([torch.logaddexp(stay_blank, stay_token) + self.bonus, extension_rank.flatten(1)], dim=1)
+        stay_rank = torch.logaddexp(stay_blank, stay_token) + self.bonus
+        rank = torch.cat([stay_rank, extension_rank.flatten(1)], dim=1)
 
         best = rank.topk(beam, dim=1).indices  # (N, B)
         is_stay = best < beam
@@ -316,7 +325,9 @@ class _Beam:
         self.bonus = self.bonus.gather(1, source) + torch.where(is_stay, 0.0, token_penalty)
         self.last_token = torch.where(is_stay, last_token.gather(1, source), new_token)
         self.parent_hash = torch.where(is_stay, self.parent_hash.gather(1, source), source_hash)
-        self.prefix_hash = torch.where(is_stay, source_hash, extension_hash.flatten(1).gather(1, extension_index))
+        self.prefix_hash = torch.where(
+            is_stay, source_hash, extension_hash.flatten(1).gather(1, extension_index)
+        )
         return source, new_token.masked_fill(is_stay, _NO_TOKEN)
 
 

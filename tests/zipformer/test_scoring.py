@@ -75,7 +75,8 @@ def test_counts_equal_kaldialign_edit_distance_summed_over_utterances():
     assert (stats.insertions, stats.deletions, stats.substitutions, stats.reference_length) == (
         expected["ins"], expected["del"], expected["sub"], expected["ref_len"],
     )
-    assert stats.error_rate == pytest.approx(100.0 * (expected["ins"] + expected["del"] + expected["sub"]) / expected["ref_len"])
+    errors = expected["ins"] + expected["del"] + expected["sub"]
+    assert stats.error_rate == pytest.approx(100.0 * errors / expected["ref_len"])
     assert stats.correct == stats.reference_length - stats.deletions - stats.substitutions
 
 
@@ -116,7 +117,10 @@ def test_wer_summary_lists_settings_best_first():
 
 
 def test_save_results_writes_the_three_files_and_prints_best_setting(tmp_path, capsys):
-    worse = [("utt-1", ["I", "LOVE", "YOU"], ["I", "LOVE"]), ("utt-2", ["I", "HATE", "YOU"], ["I", "HATE", "YOU"])]
+    worse = [
+        ("utt-1", ["I", "LOVE", "YOU"], ["I", "LOVE"]),
+        ("utt-2", ["I", "HATE", "YOU"], ["I", "HATE", "YOU"]),
+    ]
     rates = save_results(tmp_path / "out", "test-clean", {"greedy": worse, "beam-4": HAND_RESULTS})
     assert rates == {"greedy": 16.67, "beam-4": 33.33}
     names = sorted(path.name for path in (tmp_path / "out").iterdir())
@@ -125,17 +129,28 @@ def test_save_results_writes_the_three_files_and_prints_best_setting(tmp_path, c
         "recogs-test-clean-beam-4.txt", "recogs-test-clean-greedy.txt", "wer-summary-test-clean.txt",
     ]
     assert (tmp_path / "out" / "errs-test-clean-beam-4.txt").read_text(encoding="utf-8") == HAND_ERRS
-    assert (tmp_path / "out" / "wer-summary-test-clean.txt").read_text() == "settings\tWER\ngreedy\t16.67\nbeam-4\t33.33\n"
+    summary = (tmp_path / "out" / "wer-summary-test-clean.txt").read_text()
+    assert summary == "settings\tWER\ngreedy\t16.67\nbeam-4\t33.33\n"
     printed = capsys.readouterr().out
-    assert "For test-clean, WER of different settings are:\ngreedy\t16.67\tbest for test-clean\nbeam-4\t33.33\n" in printed
+    assert (
+        "For test-clean, WER of different settings are:\n"
+        "greedy\t16.67\tbest for test-clean\nbeam-4\t33.33\n"
+    ) in printed
 
 
 def test_save_results_suffix_and_normalizer(tmp_path):
     results = [("g1", ["UM", "E-COMMERCE", "<COMMA>", "rocks"], ["e", "commerce", "ROCKS", "uh"])]
-    rates = save_results(tmp_path, "dev", {"greedy": results}, text_normalizer=normalize_gigaspeech_text, suffix="epoch-30_avg-15")
+    rates = save_results(
+        tmp_path,
+        "dev",
+        {"greedy": results},
+        text_normalizer=normalize_gigaspeech_text,
+        suffix="epoch-30_avg-15",
+    )
     assert rates == {"greedy": 0.0}
     assert (tmp_path / "wer-summary-dev-epoch-30_avg-15.txt").exists()
-    assert "g1:\tref=['E', 'COMMERCE', 'ROCKS']" in (tmp_path / "recogs-dev-greedy-epoch-30_avg-15.txt").read_text()
+    recogs = (tmp_path / "recogs-dev-greedy-epoch-30_avg-15.txt").read_text()
+    assert "g1:\tref=['E', 'COMMERCE', 'ROCKS']" in recogs
 
 
 @pytest.mark.parametrize("results_by_key", [{}, {"greedy": []}])
