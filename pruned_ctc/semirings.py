@@ -44,8 +44,10 @@ class Semiring:
     def to_log(self, values: torch.Tensor) -> torch.Tensor:
         return values
 
-    def normalized_product(self, forward: torch.Tensor, backward: torch.Tensor) -> torch.Tensor:
-        """Posterior over the last axis of forward x backward (T, N, L)."""
+    def posterior(self, forward: torch.Tensor, after: torch.Tensor,
+                  emissions: torch.Tensor) -> torch.Tensor:
+        """State posteriors (T, N, L), normalized over the last axis, from forward scores
+        (emission included), ``after`` = emission x backward, and the emissions."""
         raise NotImplementedError
 
 
@@ -63,8 +65,9 @@ class LogSum(LogMax):
     def plus_all(self, values):
         return torch.logsumexp(values, dim=-1)
 
-    def normalized_product(self, forward, backward):
-        return torch.softmax(forward + backward, dim=-1)
+    def posterior(self, forward, after, emissions):
+        joint = (forward + after - emissions).masked_fill(torch.isneginf(emissions), NEG_INF)
+        return torch.softmax(joint, dim=-1)
 
 
 class ScaledSum(Semiring):
@@ -98,9 +101,10 @@ class ScaledSum(Semiring):
     def to_log(self, values):
         return torch.log(values)
 
-    def normalized_product(self, forward, backward):
-        product = forward * backward
-        return product / product.sum(dim=-1, keepdim=True)
+    def posterior(self, forward, after, emissions):
+        joint = torch.where(emissions > 0, forward * after / emissions,
+                            torch.zeros_like(forward))
+        return joint / joint.sum(dim=-1, keepdim=True)
 
 
 LOG_MAX = LogMax()
