@@ -49,6 +49,7 @@ they fall outside that top; here they are always kept.)
 
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Tuple
 
 import torch
@@ -114,7 +115,7 @@ def ctc_greedy_search(
       N lists of token ids.
     """
     _check_inputs(log_probs, lengths, blank_id)
-    num_utterances, num_frames, _ = log_probs.shape
+    num_frames = log_probs.size(1)
     best_tokens = log_probs.argmax(dim=-1)  # (N, T)
     previous = torch.full_like(best_tokens, _NO_TOKEN)
     previous[:, 1:] = best_tokens[:, :-1]
@@ -127,7 +128,6 @@ def ctc_greedy_search(
     for count in counts:
         outputs.append(flat[start : start + count])
         start += count
-    assert len(outputs) == num_utterances
     return outputs
 
 
@@ -137,12 +137,9 @@ def _top_nonblank_tokens(
     """(N, T, K) log-probs and ids of the K most probable non-blank tokens per frame."""
     values, indices = log_probs.topk(min(num_tokens + 1, log_probs.size(-1)), dim=-1)
     is_blank = indices == blank_id
-    # Sort blank last, then drop the last column if it is not needed.
-    order = torch.argsort(is_blank.to(torch.int8), dim=-1, stable=True)
-    values = values.gather(-1, order)[..., :num_tokens]
-    indices = indices.gather(-1, order)[..., :num_tokens]
-    values = values.masked_fill(indices == blank_id, float("-inf"))
-    return values, indices
+    # Move the blank (if among the top K + 1) to the last column, then drop that column.
+    order = torch.argsort(is_blank.to(torch.int8), dim=-1, stable=True)[..., :num_tokens]
+    return values.gather(-1, order), indices.gather(-1, order)
 
 
 def _check_search_options(beam: int, token_penalty: float) -> None:
@@ -152,7 +149,7 @@ def _check_search_options(beam: int, token_penalty: float) -> None:
         raise ValueError(f"beam must be >= 1, got {beam}")
     if isinstance(token_penalty, bool) or not isinstance(token_penalty, (int, float)):
         raise TypeError(f"token_penalty must be a float, got {token_penalty!r}")
-    if not torch.isfinite(torch.tensor(float(token_penalty))):
+    if not math.isfinite(token_penalty):
         raise ValueError(f"token_penalty must be finite, got {token_penalty}")
 
 
