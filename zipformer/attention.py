@@ -14,9 +14,8 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from zipformer.scaling import (
-    Balancer, FloatLike, ScheduledFloat, Whiten, scaled_linear,
-)
+from zipformer.gradient_modifiers import Balancer, Whiten
+from zipformer.scaling import FloatLike, ScheduledFloat, scaled_linear
 
 # Masked scores are set to this value (facts 2.1); exp(-1000) is exactly 0 in float32.
 MASKED_SCORE = -1000.0

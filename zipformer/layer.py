@@ -16,9 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from zipformer.attention import NonlinAttention, RelPositionAttentionWeights, SelfAttention
+from zipformer.gradient_modifiers import Balancer, Whiten
 from zipformer.scaling import (
-    ActivationDropoutAndLinear, Balancer, BiasNorm, FloatLike, ScheduledFloat, Whiten,
-    as_schedule, sequence_keep_mask,
+    ActivationDropoutAndLinear, BiasNorm, FloatLike, ScheduledFloat, as_schedule,
+    sequence_keep_mask,
 )
 
 

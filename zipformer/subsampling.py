@@ -12,9 +12,10 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
+from zipformer.gradient_modifiers import Balancer, ScaleGrad, Whiten
 from zipformer.scaling import (
-    Balancer, BiasNorm, Dropout3, FloatLike, ScaleGrad, ScheduledFloat, SwooshL, SwooshR,
-    Whiten, scaled_conv2d, sequence_keep_mask,
+    BiasNorm, Dropout3, FloatLike, ScheduledFloat, SwooshL, SwooshR, scaled_conv2d,
+    sequence_keep_mask,
 )
 
 # Frames consumed by the three unpadded time convolutions: T' = (T - 7) // 2.

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from zipformer.gradient_modifiers import Balancer, Whiten, whitening_metric
 from zipformer.scaling import (
-    ActivationDropoutAndLinear, Balancer, BiasNorm, ScheduledFloat, Whiten, scaled_linear,
-    set_batch_count, swoosh_l, swoosh_l_reference, swoosh_r, swoosh_r_reference,
-    whitening_metric,
+    ActivationDropoutAndLinear, BiasNorm, ScheduledFloat, scaled_linear, set_batch_count,
+    swoosh_l, swoosh_l_reference, swoosh_r, swoosh_r_reference,
 )
 
 

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Zipformer encoder forward + backward benchmark: speed and peak memory per preset.
+
+Each configuration runs in a fresh process (so peaks do not mix). On CPU, memory is the
+peak resident set size above the worker's baseline (model and inputs built); on CUDA it
+is torch's peak allocated memory above the baseline. Results go to
+``<output-dir>/encoder_<device>.csv`` and ``.md`` with the command and the machine.
+
+    python scripts/benchmark_encoder.py                       # M and S on CPU, fp32
+    python scripts/benchmark_encoder.py --device cuda --dtype bf16 --presets M
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+FRAMES_PER_SECOND = 100  # 10 ms fbank shift
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--presets", nargs="+", default=["M", "S"])
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=15.0, help="utterance duration")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: encoder under torch.autocast")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed iterations")
+    parser.add_argument("--iters", type=int, default=3, help="timed iterations")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/encoder"))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def resident_kib(field: str) -> int:
+    """VmRSS or VmHWM of this process in KiB (Linux), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False if not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def run_worker(args: argparse.Namespace) -> Dict[str, float]:
+    import torch
+
+    from zipformer.encoder import ZipformerEncoder
+    from zipformer.presets import get_preset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    (preset,) = args.presets
+    encoder = ZipformerEncoder(get_preset(preset)).to(device).train()
+    num_frames = int(args.seconds * FRAMES_PER_SECOND)
+    features = torch.randn(args.batch_size, num_frames, 80, device=device)
+    lengths = torch.full((args.batch_size,), num_frames, device=device)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
+            out, _ = encoder(features, lengths)
+        out.float().pow(2).mean().backward()
+        encoder.zero_grad(set_to_none=True)
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    synchronize()
+    if device.type == "cuda":
+        baseline = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        baseline = resident_kib("VmRSS") * 1024
+        if not reset_peak_rss():
+            raise RuntimeError("cannot reset the peak RSS (/proc/self/clear_refs)")
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.iters):
+        synchronize()
+        start = time.perf_counter()
+        step()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    peak = (torch.cuda.max_memory_allocated() if device.type == "cuda"
+            else resident_kib("VmHWM") * 1024)
+    median = sorted(times)[len(times) // 2]
+    return {
+        "preset": preset,
+        "params": sum(p.numel() for p in encoder.parameters()),
+        "batch_size": args.batch_size,
+        "seconds": args.seconds,
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "median_step_s": round(median, 3),
+        "input_frames_per_s": round(args.batch_size * num_frames / median, 1),
+        "audio_s_per_s": round(args.batch_size * args.seconds / median, 2),
+        "peak_mem_above_baseline_mib": round((peak - baseline) / 2 ** 20, 1),
+        "baseline_mib": round(baseline / 2 ** 20, 1),
+    }
+
+
+def machine_description(device: str) -> str:
+    import torch
+
+    model, cores = platform.processor() or "unknown CPU", os.cpu_count()
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in lscpu.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model name":
+                model = value.strip()
+            if key.strip() == "CPU(s)":
+                cores = value.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    text = f"{model}, {cores} CPU(s); torch {torch.__version__}; Python {platform.python_version()}"
+    if device == "cuda" and torch.cuda.is_available():
+        text += f"; GPU {torch.cuda.get_device_name()}"
+    return text
+
+
+def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, command: str) -> None:
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    stem = args.output_dir / f"encoder_{args.device}_{args.dtype}"
+    with open(stem.with_suffix(".csv"), "w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    columns = ["preset", "params", "batch_size", "seconds", "dtype", "threads",
+               "median_step_s", "input_frames_per_s", "audio_s_per_s",
+               "peak_mem_above_baseline_mib"]
+    memory = "peak RSS" if args.device == "cpu" else "peak allocated CUDA memory"
+    lines = [
+        f"# Zipformer encoder forward + backward ({args.device}, {args.dtype})", "",
+        f"- Command: `{command}`",
+        f"- Machine: {machine_description(args.device)}",
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Batch: {args.batch_size} utterances of {args.seconds:g} s "
+        f"({int(args.seconds * FRAMES_PER_SECOND)} fbank frames each, no padding); "
+        f"training mode; loss = mean of squared outputs; {args.warmup} warm-up and "
+        f"{args.iters} timed iterations, median reported.",
+        f"- Memory: {memory} over all iterations above the baseline of the built model and "
+        f"inputs (activations, gradients, workspace), each preset in a fresh process.",
+        "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {stem.with_suffix('.csv')} and {stem.with_suffix('.md')}")
+
+
+def main(argv: List[str]) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(run_worker(args)))
+        return
+    command = "python scripts/benchmark_encoder.py " + shlex.join(argv)
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    rows = []
+    for preset in args.presets:
+        worker_argv = [a for a in argv]
+        worker = [sys.executable, __file__, *worker_argv, "--presets", preset, "--worker"]
+        print(f"[{preset}] running {args.warmup + args.iters} steps in a fresh process ...",
+              flush=True)
+        result = subprocess.run(worker, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            sys.exit(f"worker for preset {preset} failed:\n{result.stderr}")
+        row = json.loads(result.stdout.strip().splitlines()[-1])
+        print(f"[{preset}] {row}", flush=True)
+        rows.append(row)
+    write_results(rows, args, command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
