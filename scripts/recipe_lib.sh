@@ -1,6 +1,8 @@
 # Shell helpers shared by the recipes (egs/<corpus>/run.sh): logging, option parsing,
 # stage selection, and the data stages that several recipes run the same way.
-# Source it from run.sh; it needs bash and the project's python on PATH.
+# Source it first thing in run.sh; it needs bash and the project's python on PATH.
+# Sourcing sets recipe_dir (the folder of run.sh), makes this checkout importable,
+# sets the defaults every recipe shares (stage, nj, dl_dir) and reads conf/data.sh.
 
 # log MESSAGE...: a time-stamped line naming the calling script and line.
 log() {
@@ -121,11 +123,22 @@ train_bpe_models() {
   done
 }
 
-# recipe_setup: common settings once the options are parsed (run from the recipe folder).
+# recipe_setup: common settings once the options are parsed; moves into the recipe folder.
 recipe_setup() {
-  dl_dir=${dl_dir:-$PWD/download}
+  case "$dl_dir" in /*) ;; *) dl_dir=$PWD/$dl_dir ;; esac
+  cd "$recipe_dir"
   manifest_dir=data/manifests
   fbank_dir=data/fbank
   mkdir -p "$manifest_dir" "$fbank_dir"
   log "stages $stage..$stop_stage, nj=$nj, download dir $dl_dir, python $(command -v python)"
 }
+
+recipe_dir=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+stage=0
+nj=$(( $(nproc) < 15 ? $(nproc) : 15 ))
+dl_dir=$recipe_dir/download
+if [ -f "$recipe_dir/conf/data.sh" ]; then
+  # shellcheck disable=SC1091
+  source "$recipe_dir/conf/data.sh"
+fi

@@ -4,18 +4,10 @@
 # Everything is written under this folder: download/, data/manifests, data/fbank,
 # data/lang_char. Each stage skips the work it finds finished, so reruns are safe.
 set -euo pipefail
-recipe_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo_dir=$(cd "$recipe_dir/../.." && pwd)
-source "$repo_dir/scripts/recipe_lib.sh"
-source "$recipe_dir/conf/data.sh"
-export PYTHONPATH="$repo_dir${PYTHONPATH:+:$PYTHONPATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
 
-stage=0
 stop_stage=5
-nj=$(( $(nproc) < 15 ? $(nproc) : 15 ))
-dl_dir=$recipe_dir/download
 parse_options stage stop_stage nj dl_dir train_parts speed_perturb -- "$@"
-cd "$recipe_dir"
 recipe_setup
 
 if run_stage 0 "download AISHELL-1 and MUSAN (or place/symlink them in $dl_dir)"; then

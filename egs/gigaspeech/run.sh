@@ -9,21 +9,13 @@
 # Everything is written under this folder: download/, data/manifests, data/fbank,
 # data/lang_bpe_<V>. Each stage skips the work it finds finished, so reruns are safe.
 set -euo pipefail
-recipe_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo_dir=$(cd "$recipe_dir/../.." && pwd)
-source "$repo_dir/scripts/recipe_lib.sh"
-source "$recipe_dir/conf/data.sh"
-export PYTHONPATH="$repo_dir${PYTHONPATH:+:$PYTHONPATH}"
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
 
-stage=0
 stop_stage=8
-nj=$(( $(nproc) < 15 ? $(nproc) : 15 ))
-dl_dir=$recipe_dir/download
 start=0
 stop=-1
 parse_options stage stop_stage nj dl_dir subsets train_subset eval_subsets xl_chunk_size \
   vocab_sizes bpe_model_type gigaspeech_host start stop -- "$@"
-cd "$recipe_dir"
 recipe_setup
 split_dir=$fbank_dir/gigaspeech_${train_subset}_split
 
