@@ -13,8 +13,11 @@ computes the features again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import multiprocessing
 import shutil
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -33,6 +36,10 @@ def cuts_from_manifests(recordings: Path, supervisions: Optional[Path] = None) -
     recording_set = load_manifest(recordings)
     supervision_set = load_manifest(supervisions) if supervisions else None
     return CutSet.from_manifests(recordings=recording_set, supervisions=supervision_set)
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
 
 
 def speed_perturbed(cuts: CutSet, factors: Sequence[float]) -> CutSet:
@@ -77,12 +84,19 @@ def compute_fbank(
         elif stale.exists():
             stale.unlink()
     logging.info(f"computing fbank of {len(cuts)} cuts into {storage_path}")
-    with_features = cuts.compute_and_store_features(
-        extractor=extractor,
-        storage_path=storage_path,
-        num_jobs=num_jobs,
-        storage_type=LilcomChunkyWriter,
-    )
+    executor = None
+    if num_jobs > 1:
+        # Workers are spawned (they re-import this module, not the caller's script) and
+        # limited to one torch thread each, so num_jobs processes share the cores.
+        executor = ProcessPoolExecutor(num_jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_thread)
+    with executor or contextlib.nullcontext():
+        with_features = cuts.compute_and_store_features(
+            extractor=extractor,
+            storage_path=storage_path,
+            num_jobs=num_jobs,
+            storage_type=LilcomChunkyWriter,
+            executor=executor,
+        )
     _require_every_cut(cuts, with_features, output_cuts)
     if trim_to_supervisions:
         with_features = with_features.trim_to_supervisions(keep_overlapping=False)
