@@ -1,0 +1,110 @@
+"""Specification of zipformer.train: runs end to end and resumes bit-exactly."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+
+from zipformer.checkpoint import CheckpointConfigMismatch
+from zipformer.run_config import load_run_config
+from zipformer.train import main
+
+TRAIN = {
+    "utt-a": (1.2, "HELLO WORLD"),
+    "utt-b": (1.6, "PRUNED CTC"),
+    "utt-c": (2.0, "A SMALL TEST"),
+    "utt-d": (2.4, "THE QUICK BROWN FOX"),
+    "utt-e": (2.8, "JUMPS OVER"),
+    "utt-f": (3.2, "THE LAZY DOG"),
+    "utt-g": (1.4, "SPEECH"),
+    "utt-h": (1.8, "ZIPFORMER"),
+}
+VALID = {"utt-v": (1.5, "VALID")}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("train_corpus")
+    paths = make_cut_corpus(root, train=TRAIN, valid=VALID)
+    (root / "lang").mkdir()
+    shutil.copy(paths["tokens"], root / "lang" / "tokens.txt")
+    return {**paths, "lang": root / "lang"}
+
+
+def arguments(corpus: Dict[str, Path], exp_dir: Path, *extra: str) -> List[str]:
+    return [
+        "model.preset=tiny", f"train.exp_dir={exp_dir}", f"train.lang_dir={corpus['lang']}",
+        f"data.train_cuts={corpus['train']}", f"data.valid_cuts={corpus['valid']}",
+        f"data.musan_cuts={corpus['musan']}", "data.max_duration=6", "data.num_buckets=2",
+        "data.num_workers=0", "train.num_epochs=2", "train.save_every_n=2", "train.keep_last_k=0",
+        "train.average_period=2", "train.log_interval=1", *extra,
+    ]
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def assert_same_weights(first: dict, second: dict) -> None:
+    for entry in ("model", "model_avg"):
+        for name, tensor in first[entry].items():
+            assert torch.equal(tensor, second[entry][name]), f"{entry}.{name} differs"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    exp_dir = tmp_path_factory.mktemp("exp")
+    main(arguments(corpus, exp_dir))
+    return exp_dir
+
+
+def test_training_writes_checkpoints_logs_and_tensorboard(uninterrupted: Path) -> None:
+    names = {p.name for p in uninterrupted.iterdir()}
+    assert {"epoch-1.pt", "epoch-2.pt", "checkpoint-2.pt", "log", "tensorboard"} <= names
+    final = load(uninterrupted / "epoch-2.pt")
+    assert final["epoch"] == 2 and final["batch_idx_train"] > 2
+    assert final["config"]["model"]["vocab_size"] == 29
+    assert any((uninterrupted / "tensorboard").iterdir())
+
+
+@pytest.mark.parametrize("resume_argument", ["train.start_batch=2", "train.start_epoch=2"])
+def test_resumed_training_matches_uninterrupted_bit_for_bit(
+    corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path, resume_argument: str
+) -> None:
+    for name in ("checkpoint-2.pt", "epoch-1.pt"):
+        shutil.copy(uninterrupted / name, tmp_path / name)
+    main(arguments(corpus, tmp_path, resume_argument, "data.num_workers=1"))
+    assert_same_weights(load(uninterrupted / "epoch-2.pt"), load(tmp_path / "epoch-2.pt"))
+
+
+def test_resume_with_another_model_names_the_field(corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path) -> None:
+    shutil.copy(uninterrupted / "checkpoint-2.pt", tmp_path / "checkpoint-2.pt")
+    with pytest.raises(CheckpointConfigMismatch, match="model.loss"):
+        main(arguments(corpus, tmp_path, "train.start_batch=2", "model.loss=standard"))
+
+
+def test_overrides_are_typed_and_checked() -> None:
+    config = load_run_config(None, ["model.preset=tiny", "data.shuffle=false", "train.base_lr=0.04"])
+    assert config.data.shuffle is False and config.train.base_lr == 0.04
+    with pytest.raises(ValueError, match="unknown train option 'num_epoch'"):
+        load_run_config(None, ["train.num_epoch=3"])
+    with pytest.raises(ValueError, match="section.*one of"):
+        load_run_config(None, ["epochs=3"])
+    with pytest.raises(ValueError, match="cannot read data.max_duration='lots' as float"):
+        load_run_config(None, ["data.max_duration=lots"])
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_cpu_ranks(corpus: Dict[str, Path], tmp_path: Path) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), "--nproc-per-node", "2", "-m", "zipformer.train",
+               *arguments(corpus, tmp_path, "train.num_epochs=1", "train.precision=bf16")]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    subprocess.run(command, check=True, timeout=300, env=env, capture_output=True)
+    assert (tmp_path / "epoch-1.pt").is_file()
+    assert len(load(tmp_path / "epoch-1.pt")["rng_per_rank"]) == 2

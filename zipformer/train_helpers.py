@@ -1,0 +1,181 @@
+"""Small named pieces of the training loop: distributed setup, mixed precision,
+fp16 loss-scale care, and progress reporting (console rate/ETA + tensorboard)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ContextManager, Dict, Optional
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Distributed:
+    """Where this process runs: its rank among ``world_size`` and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main process (rank 0) writes checkpoints, logs and tensorboard."""
+        return self.rank == 0
+
+
+def setup_distributed(device_option: str = "auto") -> Distributed:
+    """Join the torchrun process group (NCCL on GPUs, gloo on CPU) if WORLD_SIZE > 1."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_option not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"train.device must be auto, cpu or cuda, got {device_option!r}")
+    use_cuda = torch.cuda.is_available() if device_option == "auto" else device_option == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise RuntimeError("train.device=cuda but no CUDA device is available")
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return Distributed(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def all_reduce_sum(values: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Sum a tensor over ranks (identity for one process)."""
+    if world_size > 1:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def setup_logging(exp_dir: Path, rank: int) -> None:
+    """Console + ``exp_dir/log/log-train-<time>[-rank]`` lines with timestamps."""
+    log_dir = exp_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
+    suffix = "" if rank == 0 else f"-rank{rank}"
+    handlers = [logging.FileHandler(log_dir / f"log-train-{stamp}{suffix}")]
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stdout))
+    logging.basicConfig(
+        level=logging.INFO, force=True, handlers=handlers,
+        format=f"%(asctime)s %(levelname)s [rank {rank}] %(message)s",
+    )
+
+
+def autocast_context(precision: str, device: torch.device) -> ContextManager:
+    """bf16/fp16 autocast for the encoder (the model keeps head and loss in FP32)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def make_grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    """A GradScaler that is active for fp16 only, starting at scale 1.0 (as icefall)."""
+    return torch.amp.GradScaler(device.type, init_scale=1.0, enabled=precision == "fp16")
+
+
+def nurse_grad_scale(scaler: torch.amp.GradScaler, batch_idx_train: int) -> None:
+    """Let a collapsed fp16 loss scale grow back, and stop when it is hopeless.
+
+    The scaler only grows every 2000 good steps by itself; like icefall, double a small
+    scale sooner (below 2 every 25 batches, below 8 every 100, below 32 every 400).
+    Below 1e-5 training has diverged: lower ``train.base_lr`` (icefall's advice).
+    """
+    if not scaler.is_enabled():
+        return
+    scale = scaler.get_scale()
+    if (
+        (scale < 2.0 and batch_idx_train % 25 == 0)
+        or (scale < 8.0 and batch_idx_train % 100 == 0)
+        or (scale < 32.0 and batch_idx_train % 400 == 0)
+    ):
+        scaler.update(scale * 2.0)
+    if scale < 0.01 and batch_idx_train % 100 == 0:
+        logging.warning("fp16 grad scale is small: %.2e", scale)
+    if scale < 1e-5:
+        raise RuntimeError(
+            f"fp16 grad scale collapsed to {scale:.2e} at batch {batch_idx_train}: training diverged; "
+            f"lower train.base_lr (e.g. by 0.005) or use train.precision=bf16"
+        )
+
+
+class ProgressReport:
+    """Running training statistics, printed every ``log_interval`` batches with rate and ETA.
+
+    Losses are sums over the batch; they are reported per encoder frame.
+    """
+
+    def __init__(self, log_interval: int, writer: Optional[object] = None) -> None:
+        self.log_interval = log_interval
+        self.writer = writer
+        self._reset()
+
+    def _reset(self) -> None:
+        self.loss_sum = 0.0
+        self.frames = 0
+        self.audio_seconds = 0.0
+        self.excluded = 0
+        self.utterances = 0
+        self.batches = 0
+        self.started = time.monotonic()
+
+    def add(self, loss_sum: float, frames: int, audio_seconds: float, utterances: int, excluded: int) -> None:
+        self.loss_sum += loss_sum
+        self.frames += frames
+        self.audio_seconds += audio_seconds
+        self.utterances += utterances
+        self.excluded += excluded
+        self.batches += 1
+
+    def maybe_report(
+        self, *, epoch: int, batch_in_epoch: int, batch_idx_train: int, lr: float,
+        grad_scale: float, batches_per_epoch: Optional[int], max_batches: int,
+    ) -> None:
+        """Log and write scalars when ``batch_idx_train`` hits the interval."""
+        if batch_idx_train % self.log_interval != 0 or self.batches == 0:
+            return
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = self.batches / elapsed
+        loss = self.loss_sum / max(self.frames, 1)
+        eta = _eta_text(rate, batch_in_epoch, batch_idx_train, batches_per_epoch, max_batches)
+        of_epoch = f"/{batches_per_epoch}" if batches_per_epoch else ""
+        logging.info(
+            "epoch %d, batch %d%s (global %d): loss %.4f per frame, lr %.3e, grad scale %.3g, "
+            "%.2f batches/s, %.1fx real time, %d/%d utterances excluded%s",
+            epoch, batch_in_epoch, of_epoch, batch_idx_train, loss, lr, grad_scale, rate,
+            self.audio_seconds / elapsed, self.excluded, self.utterances, eta,
+        )
+        self.scalars({"train/loss": loss, "train/lr": lr, "train/grad_scale": grad_scale,
+                      "train/batches_per_second": rate}, batch_idx_train)
+        self._reset()
+
+    def scalars(self, values: Dict[str, float], step: int) -> None:
+        if self.writer is not None:
+            for name, value in values.items():
+                self.writer.add_scalar(name, value, step)
+
+
+def _eta_text(rate: float, batch_in_epoch: int, batch_idx_train: int,
+              batches_per_epoch: Optional[int], max_batches: int) -> str:
+    parts = []
+    if batches_per_epoch and batch_in_epoch <= batches_per_epoch:
+        parts.append(f"epoch ETA {_duration((batches_per_epoch - batch_in_epoch) / rate)}")
+    if max_batches:
+        parts.append(f"run ETA {_duration(max(max_batches - batch_idx_train, 0) / rate)}")
+    return (", " + ", ".join(parts)) if parts else ""
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
