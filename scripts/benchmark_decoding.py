@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--min-seconds", type=float, default=5.0)
     parser.add_argument("--max-seconds", type=float, default=15.0)
     parser.add_argument(
-        "--batch-sizes", type=int, nargs="+", default=[16, 64],
+        "--batch-sizes", type=int, nargs="+", default=[1, 16, 64],
         help="utterances per call of our search (decoding with --max-duration 600 s gives about 64)",
     )
     parser.add_argument("--beam", type=int, default=4)
@@ -232,7 +232,23 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
             f"{row['audio_seconds']:.0f} | {row['decode_seconds']:.3f} | {row['rtf']:.2e} | "
             f"{row['agreement']} |"
         )
+    lines += ["", "Our prefix beam search relative to pyctcdecode (RTF ratio, > 1 = ours faster):", ""]
+    lines += [f"- {line}" for line in speedups(rows)]
     (args.output_dir / "README.md").write_text("\n".join(lines) + "\n")
+
+
+def speedups(rows: List[dict]) -> List[str]:
+    """One sentence per vocabulary size and pyctcdecode setting."""
+    sentences = []
+    for vocab_size in sorted({row["vocab_size"] for row in rows}):
+        same_vocab = [row for row in rows if row["vocab_size"] == vocab_size]
+        ours = [row for row in same_vocab if row["decoder"].startswith("ours prefix")]
+        for theirs in (row for row in same_vocab if "pyctcdecode" in row["decoder"]):
+            ratios = ", ".join(
+                f"{theirs['rtf'] / row['rtf']:.3g}x at {row['decoder'].split(', ')[1]}" for row in ours
+            )
+            sentences.append(f"V={vocab_size}, vs {theirs['decoder']}: {ratios}")
+    return sentences
 
 
 if __name__ == "__main__":
