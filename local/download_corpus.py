@@ -37,6 +37,12 @@ def _gigaspeech_password(password_file: Path) -> str:
     return password_file.read_text().strip()
 
 
+def _remove_if_empty(folder: Path) -> None:
+    """A failed download must not leave an empty corpus folder that a rerun takes for done."""
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def download_corpus(
     corpus: str,
     download_dir: Path,
@@ -49,7 +55,7 @@ def download_corpus(
 
     download_dir = Path(download_dir)
     target = corpus_folder(corpus, download_dir)
-    if target.exists():
+    if target.is_dir() and any(target.iterdir()):
         logging.info(f"{target} exists: not downloading {corpus}")
         return target
     download_dir.mkdir(parents=True, exist_ok=True)
@@ -72,8 +78,10 @@ def download_corpus(
         else:
             raise DownloadError(f"unknown corpus {corpus!r}; expected one of {sorted(CORPUS_FOLDERS)}")
     except DownloadError:
+        _remove_if_empty(target)
         raise
     except Exception as error:
+        _remove_if_empty(target)
         raise DownloadError(
             f"downloading {corpus} into {download_dir} failed ({type(error).__name__}: {error}).\n"
             f"If you already have a copy, place or symlink it at {target}, e.g.\n"

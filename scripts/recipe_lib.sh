@@ -4,10 +4,13 @@
 # Sourcing sets recipe_dir (the folder of run.sh), makes this checkout importable,
 # sets the defaults every recipe shares (stage, nj, dl_dir) and reads conf/data.sh.
 
-# log MESSAGE...: a time-stamped line naming the calling script and line.
+# log MESSAGE...: a time-stamped line naming the recipe script and line that led here.
 log() {
-  local caller=${BASH_SOURCE[1]##*/}
-  echo -e "$(date '+%Y-%m-%d %H:%M:%S') (${caller}:${BASH_LINENO[0]}) $*"
+  local frame=1
+  while [ $frame -lt $((${#BASH_SOURCE[@]} - 1)) ] && [ "${BASH_SOURCE[$frame]##*/}" = recipe_lib.sh ]; do
+    frame=$((frame + 1))
+  done
+  echo -e "$(date '+%Y-%m-%d %H:%M:%S') (${BASH_SOURCE[$frame]##*/}:${BASH_LINENO[$((frame - 1))]}) $*"
 }
 
 die() {
@@ -68,7 +71,10 @@ download_corpus() {
   case "$1" in
     librispeech) folder=LibriSpeech ;; gigaspeech) folder=GigaSpeech ;; *) folder=$1 ;;
   esac
-  done_already "$dl_dir/$folder" "download of $1" && return 0
+  if [ -d "$dl_dir/$folder" ] && [ -n "$(ls -A "$dl_dir/$folder")" ]; then
+    log "download of $1: $dl_dir/$folder exists, skipping"
+    return 0
+  fi
   python -m local.download_corpus "$1" "$dl_dir" "${@:2}"
 }
 

@@ -130,3 +130,4 @@ def test_failed_download_says_how_to_place_a_copy(tmp_path, monkeypatch):
         download_corpus("librispeech", tmp_path, ["dev-clean"])
     with pytest.raises(DownloadError, match=f"write it into {tmp_path}/password"):
         download_corpus("gigaspeech", tmp_path, ["XL"])
+    assert not (tmp_path / "GigaSpeech").exists() and not (tmp_path / "LibriSpeech").exists()
