@@ -99,6 +99,26 @@ def test_overrides_are_typed_and_checked() -> None:
         load_run_config(None, ["data.max_duration=lots"])
 
 
+def test_preset_file_sections_and_overrides(tmp_path: Path) -> None:
+    preset = tmp_path / "train.yaml"
+    preset.write_text(
+        "model:\n  preset: S\n  loss: standard\n"
+        "data:\n  max_duration: 300\n  enable_musan: false\n"
+        "train:\n  num_epochs: 5\n  precision: bf16\n"
+    )
+    config = load_run_config(preset, ["model.preset=tiny", "data.max_duration=120", "train.num_epochs=7"])
+    assert config.model.loss == "standard" and config.model.encoder_dim == (48, 64, 48)
+    assert (config.data.max_duration, config.data.enable_musan) == (120.0, False)
+    assert (config.train.num_epochs, config.train.precision) == (7, "bf16")
+    (tmp_path / "bad.yaml").write_text("optimizer:\n  lr: 1\n")
+    with pytest.raises(ValueError, match="unknown section.*optimizer"):
+        load_run_config(tmp_path / "bad.yaml")
+    with pytest.raises(FileNotFoundError, match="missing.yaml"):
+        load_run_config(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match="train.precision must be one of"):
+        load_run_config(None, ["train.precision=fp8"])
+
+
 @pytest.mark.slow
 def test_torchrun_with_two_cpu_ranks(corpus: Dict[str, Path], tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
