@@ -202,18 +202,22 @@ def test_gigaspeech_normalization_hand_checked():
 
 
 @pytest.mark.parametrize(
-    "call, error",
+    "call, error, message",
     [
-        (lambda tmp: compute_error_stats([("u", "A B", ["A"])]), TypeError),
-        (lambda tmp: compute_error_stats([("u", ["A"])]), TypeError),
-        (lambda tmp: compute_error_stats([(1, ["A"], ["A"])]), TypeError),
-        (lambda tmp: normalize_gigaspeech_text(["A"]), TypeError),
-        (lambda tmp: save_results(tmp, "", {"k": []}), ValueError),
-        (lambda tmp: save_results(tmp, "a/b", {"k": []}), ValueError),
-        (lambda tmp: save_results(tmp, "test", [("u", ["A"], ["A"])]), TypeError),
-        (lambda tmp: save_results(tmp, "test", {"": [("u", ["A"], ["A"])]}), ValueError),
+        (lambda tmp: compute_error_stats([("u", "A B", ["A"])]), TypeError, "results: .*'A B'"),
+        (lambda tmp: compute_error_stats([("u", ["A"])]), TypeError, r"results .*\('u', \['A'\]\)"),
+        (lambda tmp: compute_error_stats([(1, ["A"], ["A"])]), TypeError, r"results .*\(1, "),
+        (lambda tmp: normalize_gigaspeech_text(["A"]), TypeError, r"text .*\['A'\]"),
+        (lambda tmp: save_results(tmp, "", {"k": []}), ValueError, "test_set_name .*''"),
+        (lambda tmp: save_results(tmp, "a/b", {"k": []}), ValueError, "test_set_name .*'a/b'"),
+        (lambda tmp: save_results(tmp, "test", [("u", ["A"], ["A"])]), TypeError, "results_by_key .*list"),
+        (
+            lambda tmp: save_results(tmp, "test", {"": [("u", ["A"], ["A"])]}),
+            ValueError,
+            "results_by_key .*''",
+        ),
     ],
 )
-def test_bad_arguments_raise_errors_naming_the_argument(tmp_path, call, error):
-    with pytest.raises(error):
+def test_bad_arguments_raise_errors_naming_the_argument(tmp_path, call, error, message):
+    with pytest.raises(error, match=message):
         call(tmp_path)

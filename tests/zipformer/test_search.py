@@ -274,23 +274,27 @@ def test_pyctcdecode_agrees_on_peaky_posteriors():
 
 
 @pytest.mark.parametrize(
-    "call, error",
+    "call, error, message",
     [
-        (lambda lp, ln: ctc_prefix_beam_search(lp[0], ln), ValueError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp.long(), ln), TypeError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln.float()), TypeError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln[:1]), ValueError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln + 100), ValueError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, beam=0), ValueError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, beam=2.0), TypeError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, blank_id=5), ValueError),
-        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, token_penalty=float("nan")), ValueError),
-        (lambda lp, ln: ctc_greedy_search(lp.numpy(), ln), TypeError),
+        (lambda lp, ln: ctc_prefix_beam_search(lp[0], ln), ValueError, r"log_probs .*\(6, 5\)"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp.long(), ln), TypeError, "log_probs .*int64"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp, ln.float()), TypeError, "lengths .*float32"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp, ln[:1]), ValueError, r"lengths .*\(1,\)"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp, ln + 100), ValueError, "lengths .*max 106"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, beam=0), ValueError, "beam .*0"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, beam=2.0), TypeError, "beam .*2.0"),
+        (lambda lp, ln: ctc_prefix_beam_search(lp, ln, blank_id=5), ValueError, "blank_id .*5"),
+        (
+            lambda lp, ln: ctc_prefix_beam_search(lp, ln, token_penalty=float("nan")),
+            ValueError,
+            "token_penalty .*nan",
+        ),
+        (lambda lp, ln: ctc_greedy_search(lp.numpy(), ln), TypeError, "log_probs .*ndarray"),
     ],
 )
-def test_bad_arguments_raise_errors_naming_the_argument(call, error):
+def test_bad_arguments_raise_errors_naming_the_argument(call, error, message):
     log_probs = torch.randn(2, 6, 5).log_softmax(-1)
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         call(log_probs, torch.tensor([6, 4]))
 
 
