@@ -23,6 +23,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from local.espeak_tts import TARGET_SAMPLE_RATE, EspeakSynthesizer
+from local.normalize_text import GIGASPEECH_GARBAGE_TAGS
 from local.sentence_grammar import english_sentences, mandarin_sentences
 from local.synthetic_audio import (
     ENGLISH_ACCENTS,
@@ -38,9 +39,6 @@ from local.synthetic_audio import (
 LIBRISPEECH_DEFAULT_PARTS = ("train-clean-100", "dev-clean", "test-clean")
 AISHELL_SPLITS = ("train", "dev", "test")
 GIGASPEECH_DEFAULT_SUBSETS = ("XL", "DEV", "TEST")
-# Tags of GigaSpeech's text_tn: punctuation inside speech, and whole-segment garbage.
-GIGASPEECH_PUNCTUATION_TAGS = ("<COMMA>", "<PERIOD>", "<QUESTIONMARK>", "<EXCLAMATIONPOINT>")
-GIGASPEECH_GARBAGE_TAGS = ("<SIL>", "<MUSIC>", "<NOISE>", "<OTHER>")
 
 
 def _write_librispeech_part(

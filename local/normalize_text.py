@@ -1,6 +1,7 @@
-"""Transcript normalization of each corpus, for training text and for scoring.
+"""Transcript normalization, for training text and for scoring.
 
-GigaSpeech's ``text_tn`` carries tags. For training, segments whose text has a
+Only GigaSpeech needs it: LibriSpeech's upper-case text is used as it is, and
+``prepare_aishell`` already removes the word spaces of AISHELL-1. GigaSpeech's ``text_tn`` carries tags. For training, segments whose text has a
 garbage tag (``<SIL>``, ``<MUSIC>``, ``<NOISE>``, ``<OTHER>``) are dropped and the
 punctuation tags are deleted. For scoring, the official GigaSpeech normalization also
 removes conversational fillers and ``<UNK>`` and splits hyphenated words; it is
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
@@ -41,16 +41,6 @@ def gigaspeech_scoring_text(text: str) -> str:
     """The official GigaSpeech scoring normalization (for references and hypotheses)."""
     words = text.upper().replace("-", " ").split()
     return " ".join(word for word in words if word not in _SCORING_REMOVED)
-
-
-def aishell_training_text(text: str) -> str:
-    """AISHELL-1 transcripts are space-segmented words; the model sees characters."""
-    return re.sub(r"\s+", "", text)
-
-
-def librispeech_training_text(text: str) -> str:
-    """LibriSpeech transcripts are upper case already; only whitespace is squeezed."""
-    return " ".join(text.split())
 
 
 def preprocess_gigaspeech(recordings: Path, supervisions: Path, output_cuts: Path) -> Path:

@@ -69,7 +69,6 @@ def train_bpe(
         # The default seed vocabulary (1M) bounds unigram vocabularies; keep it above them.
         seed_sentencepiece_size=max(1_000_000, 4 * vocab_size),
         num_threads=1,
-        minloglevel=1,
     )
     processor = spm.SentencePieceProcessor(model_file=f"{model_prefix}.model")
     pieces = [processor.id_to_piece(index) for index in range(processor.get_piece_size())]

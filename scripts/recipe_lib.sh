@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell helpers shared by the recipes (egs/<corpus>/run.sh): logging, option parsing,
 # stage selection, and the data stages that several recipes run the same way.
 # Source it first thing in run.sh; it needs bash and the project's python on PATH.
@@ -48,6 +49,7 @@ parse_options() {
 }
 
 # run_stage K DESCRIPTION: true when stage <= K <= stop_stage (and announces it).
+# shellcheck disable=SC2154  # stop_stage is set by each run.sh
 run_stage() {
   if [ "$stage" -le "$1" ] && [ "$stop_stage" -ge "$1" ]; then
     log "Stage $1: $2"
@@ -132,7 +134,7 @@ train_bpe_models() {
 # recipe_setup: common settings once the options are parsed; moves into the recipe folder.
 recipe_setup() {
   case "$dl_dir" in /*) ;; *) dl_dir=$PWD/$dl_dir ;; esac
-  cd "$recipe_dir"
+  cd "$recipe_dir" || exit 1
   manifest_dir=data/manifests
   fbank_dir=data/fbank
   mkdir -p "$manifest_dir" "$fbank_dir"
@@ -140,7 +142,8 @@ recipe_setup() {
 }
 
 recipe_dir=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
-export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PYTHONPATH="$repo_dir${PYTHONPATH:+:$PYTHONPATH}"
 stage=0
 nj=$(( $(nproc) < 15 ? $(nproc) : 15 ))
 dl_dir=$recipe_dir/download

@@ -4,6 +4,7 @@
 # Everything is written under this folder: download/, data/manifests, data/fbank,
 # data/lang_bpe_<V>. Each stage skips the work it finds finished, so reruns are safe.
 set -euo pipefail
+# shellcheck source=../../scripts/recipe_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
 
 stop_stage=5

@@ -2,12 +2,7 @@
 
 import pytest
 
-from local.normalize_text import (
-    aishell_training_text,
-    gigaspeech_scoring_text,
-    gigaspeech_training_text,
-    librispeech_training_text,
-)
+from local.normalize_text import gigaspeech_scoring_text, gigaspeech_training_text
 
 
 @pytest.mark.parametrize("tag", ["<SIL>", "<MUSIC>", "<NOISE>", "<OTHER>"])
@@ -27,8 +22,3 @@ def test_gigaspeech_punctuation_tags_are_deleted():
 def test_gigaspeech_scoring_removes_fillers_tags_and_hyphens():
     assert gigaspeech_scoring_text("uh the e-commerce <COMMA> um site <UNK> <MUSIC>") == "THE E COMMERCE SITE"
     assert gigaspeech_scoring_text("HUH") == ""
-
-
-def test_aishell_and_librispeech_text():
-    assert aishell_training_text("今天 天气  很好 ") == "今天天气很好"
-    assert librispeech_training_text(" HELLO   WORLD ") == "HELLO WORLD"
