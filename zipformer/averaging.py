@@ -78,9 +78,11 @@ def update_averaged_model(
             if average.data_ptr() in seen_storage:
                 continue
             seen_storage.add(average.data_ptr())
-            average.mul_(1.0 - weight).add_(current[name].to(average.dtype), alpha=weight)
+            # model_avg may live on the CPU while the model trains on a GPU.
+            source = current[name].to(device=average.device, dtype=average.dtype)
+            average.mul_(1.0 - weight).add_(source, alpha=weight)
         else:
-            average.copy_(current[name])
+            average.copy_(current[name].to(average.device))
     return True
 
 

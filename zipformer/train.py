@@ -105,8 +105,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
     # Model and its running average.
-    model = CTCModel(config.model).to(dist.device)
-    model_avg = make_averaged_model(model).cpu() if dist.is_main else None
+    model = CTCModel(config.model)
+    model_avg = make_averaged_model(model) if dist.is_main else None  # float64, stays on the CPU
+    model.to(dist.device)
     logging.info("config: %s", config.to_dict())
     logging.info("number of model parameters: %d", model.num_parameters())
 
