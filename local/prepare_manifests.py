@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
@@ -94,7 +95,11 @@ def prepare_manifests(
         return expected
     _check_corpus(corpus, corpus_dir, parts)
     output_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=output_dir, prefix=f".{corpus}-preparing-") as scratch:
+    scratch_prefix = f".{corpus}-preparing-"
+    for stale in output_dir.glob(f"{scratch_prefix}*"):
+        # Left by a run that was killed before it could clean up.
+        shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(dir=output_dir, prefix=scratch_prefix) as scratch:
         scratch = Path(scratch)
         _run_lhotse_recipe(corpus, corpus_dir, scratch, parts, num_jobs)
         missing = [path.name for path in expected if not (scratch / path.name).is_file()]

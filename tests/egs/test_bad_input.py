@@ -95,6 +95,18 @@ def test_gigaspeech_missing_opus_is_named(tmp_path):
     _assert_no_manifest(tmp_path / "manifests")
 
 
+def test_killed_manifest_stage_leaves_nothing_a_rerun_trips_on(tiny_librispeech, tmp_path):
+    manifests = tmp_path / "manifests"
+    stale = manifests / ".librispeech-preparing-killed"
+    stale.mkdir(parents=True)
+    (stale / "librispeech_recordings_dev-clean.jsonl.gz").write_text("half")
+    written = prepare_manifests("librispeech", tiny_librispeech, manifests, PARTS)
+    assert sorted(p.name for p in manifests.iterdir()) == sorted(p.name for p in written)
+    from lhotse import load_manifest
+
+    assert len(load_manifest(manifests / "librispeech_recordings_dev-clean.jsonl.gz")) == 3
+
+
 def test_interrupted_feature_stage_completes_on_rerun(tiny_librispeech, tmp_path):
     from local.compute_fbank import compute_fbank_of_parts
 
