@@ -11,44 +11,63 @@ import random
 from typing import Iterable, List, Set
 
 _WORDS = {
-    "name": """anna ben clara david emma frank grace henry iris jack kate leo mary
-        nina oscar paul rose sam tom vera walter alice bruce carol diana edward fiona
-        george helen ivan julia kevin laura martin nora peter ruth simon tina victor""",
-    "noun": """apple basket bicycle bird boat book bottle bridge brother camera candle
-        car castle cat chair cloud coat computer cookie cup desk doctor dog door dragon
-        drum farmer field flower forest friend garden gate girl glass guitar hammer hat
-        horse house island jacket key kitchen ladder lamp letter lion map market mirror
-        monkey mountain needle nurse ocean orange painter pencil piano picture pilot
-        planet pocket queen rabbit radio river robot rocket sailor school shadow sheep
-        shirt shoe singer soldier spoon station stone student table teacher tiger
-        tower town train tree truck umbrella village violin wagon wall watch whale
-        window wizard wolf yard baker bench blanket bucket button cabin carpet cottage
-        feather fence hill lantern meadow pillow puzzle ribbon saddle shovel stream
-        tunnel valley wheel""",
-    "plural": """apples books birds boats candles cats chairs cookies dogs flowers
-        horses keys lamps letters maps pencils pictures rabbits rocks sheep shoes
-        stars stones tables trees wagons windows coins cards boxes""",
-    "adjective": """big small old new red blue green yellow white black bright dark
-        quiet loud happy sad heavy light warm cold soft hard tall short young clever
-        brave gentle strange simple broken golden silver wooden hungry sleepy busy
-        tiny huge lovely lucky careful famous friendly funny narrow wide""",
-    "verb_past": """saw found took painted carried opened closed cleaned bought sold
-        moved pushed pulled washed fixed dropped lifted watched followed called
-        visited borrowed helped touched counted packed hid chased fed kept""",
-    "verb_intransitive": """walked ran jumped laughed smiled slept waited danced sang
-        shouted whispered listened worked played rested stayed arrived left returned
-        wandered climbed""",
-    "adverb": """quickly slowly quietly loudly happily carefully suddenly gently
-        badly early late together again often never always""",
-    "place": """the park, the beach, the city, the farm, the station, the library,
-        the market, the river, the forest, the hospital, the harbor, the museum,
-        the kitchen, the garden, the school, the castle, the village, the island""",
-    "preposition": "near behind under beside inside across through toward past along",
-    "time": """today, yesterday, tonight, this morning, last night, every day,
-        on monday, on friday, in the evening, after lunch, before dinner, at noon,
-        in winter, in spring""",
-    "number": "two three four five six seven eight nine ten twelve twenty",
-    "determiner": "the a this that every one",
+    "name": """quentin rachel steven ursula wendy xavier yvonne zachary amber bianca cedric daphne
+        elliot felix gloria harold ingrid jasper leona miles anna ben clara david emma frank
+        grace henry iris jack kate leo mary nina oscar paul rose sam tom vera walter alice
+        bruce carol diana edward fiona george helen ivan julia kevin laura martin nora peter
+        ruth simon tina victor""",
+    "noun": """anchor arrow bakery balloon barrel beard beetle blossom bonnet bowl bracelet branch
+        brick broom brush buffalo butterfly cactus canoe canyon captain carrot cart cellar
+        chimney circus clock cloak clown comet compass cradle crown crystal curtain dancer
+        diamond dolphin donkey eagle engine envelope falcon ferry fiddle flag flute fountain
+        fox giant goat goose harp helmet hunter jewel kettle kite knight ladle lemon
+        lighthouse lizard magnet mayor melon miller moth mule necklace nest oven owl paddle
+        palace parrot peach pearl pebble pepper pirate plum pond potato prince puppet raft
+        ring rope sandal scarf scissors shell skate sled snail spider squirrel stool sugar
+        swan sword tailor teapot thimble toad tomato trumpet turtle vase wallet weaver wheat
+        willow wreath apple basket bicycle bird boat book bottle bridge brother camera
+        candle car castle cat chair cloud coat computer cookie cup desk doctor dog door
+        dragon drum farmer field flower forest friend garden gate girl glass guitar hammer
+        hat horse house island jacket key kitchen ladder lamp letter lion map market mirror
+        monkey mountain needle nurse ocean orange painter pencil piano picture pilot planet
+        pocket queen rabbit radio river robot rocket sailor school shadow sheep shirt shoe
+        singer soldier spoon station stone student table teacher tiger tower town train tree
+        truck umbrella village violin wagon wall watch whale window wizard wolf yard baker
+        bench blanket bucket button cabin carpet cottage feather fence hill lantern meadow
+        pillow puzzle ribbon saddle shovel stream tunnel valley wheel""",
+    "plural": """bells buttons clocks feathers gloves hats jars kites lemons marbles needles pebbles
+        plates ribbons rings shells spoons tickets toys whistles apples books birds boats
+        candles cats chairs cookies dogs flowers horses keys lamps letters maps pencils
+        pictures rabbits rocks sheep shoes stars stones tables trees wagons windows coins
+        cards boxes""",
+    "adjective": """ancient awkward bitter bold calm cheerful chilly clumsy crisp curious dusty eager
+        fancy fierce fragile fresh fuzzy graceful grumpy hollow humble icy jolly lonely
+        magic muddy noble odd pale polite proud purple rapid rough rusty shiny silent silly
+        smooth sour spotted steady sticky striped sunny swift thick thin tidy wild wise big
+        small old new red blue green yellow white black bright dark quiet loud happy sad
+        heavy light warm cold soft hard tall short young clever brave gentle strange simple
+        broken golden silver wooden hungry sleepy busy tiny huge lovely lucky careful famous
+        friendly funny narrow wide""",
+    "verb_past": """admired bent buried caught collected covered crossed decorated delivered discovered
+        dragged emptied filled folded grabbed guarded hugged ignored measured mended noticed
+        ordered polished printed repaired rescued shared shook sorted stacked tied traded
+        wrapped saw found took painted carried opened closed cleaned bought sold moved
+        pushed pulled washed fixed dropped lifted watched followed called visited borrowed
+        helped touched counted packed hid chased fed kept""",
+    "verb_intransitive": """coughed crawled drifted fainted floated giggled glowed hurried knelt marched paused
+        sneezed sighed skipped splashed stumbled swam trembled vanished yawned walked ran
+        jumped laughed smiled slept waited danced sang shouted whispered listened worked
+        played rested stayed arrived left returned wandered climbed""",
+    "adverb": """quickly slowly quietly loudly happily carefully suddenly gently badly early late
+        together again often never always""",
+    "place": """the park, the beach, the city, the farm, the station, the library, the market, the
+        river, the forest, the hospital, the harbor, the museum, the kitchen, the garden,
+        the school, the castle, the village, the island""",
+    "preposition": """near behind under beside inside across through toward past along""",
+    "time": """today, yesterday, tonight, this morning, last night, every day, on monday, on
+        friday, in the evening, after lunch, before dinner, at noon, in winter, in spring""",
+    "number": """two three four five six seven eight nine ten twelve twenty""",
+    "determiner": """the a this that every one""",
 }
 ENGLISH_TEMPLATES = (
     "{name} {verb_past} the {adjective} {noun} {time}",

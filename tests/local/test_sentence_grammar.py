@@ -18,8 +18,8 @@ def test_english_grammar_has_several_hundred_words_and_about_8_words_a_sentence(
     rng = random.Random(0)
     sentences = [english_sentence(rng) for _ in range(2000)]
     used = {word for sentence in sentences for word in sentence.split()}
-    assert len(english_vocabulary()) >= 350
-    assert used <= english_vocabulary() and len(used) > 300
+    assert len(english_vocabulary()) >= 600
+    assert used <= english_vocabulary() and len(used) > 500
     assert 7.0 < np.mean([len(s.split()) for s in sentences]) < 9.5
 
 
