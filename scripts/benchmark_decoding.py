@@ -7,8 +7,8 @@ between, and per frame one dominant class whose probability is between about 0.6
 0.999 over unit-variance noise on every other class. Our batched search
 (zipformer.search) runs against pyctcdecode's beam search on the same posteriors,
 same beam, no LM, once with pyctcdecode's default pruning and once with its token and
-beam pruning switched off (what the test suite compares with). RTF = decoding time /
-audio duration (lower is faster). Results go to <output-dir>/results.csv and
+beam pruning switched off (what the test suite compares with). RTF = decoding CPU
+time / audio duration (lower is faster). Results go to <output-dir>/results.csv and
 <output-dir>/README.md, with the command, machine, torch version and date.
 
   python scripts/benchmark_decoding.py --output-dir benchmarks/decoding
@@ -21,6 +21,7 @@ import csv
 import datetime
 import logging
 import math
+import os
 import platform
 import shlex
 import subprocess
@@ -34,6 +35,10 @@ import torch
 from zipformer.search import ctc_greedy_search, ctc_prefix_beam_search
 
 FRAMES_PER_SECOND = 25
+# CPU seconds of this process: with one thread on an idle machine they equal wall
+# time; on a shared machine they leave out the time spent waiting for a core, which
+# would otherwise favor whichever decoder ran while the machine was quiet.
+CLOCK = time.process_time
 TOKENS_PER_SECOND = 3.5
 
 
@@ -75,12 +80,12 @@ def time_batched(
     best = math.inf
     for _ in range(repeats):
         outputs: List[List[int]] = []
-        start = time.perf_counter()
+        start = CLOCK()
         for first in range(0, log_probs.size(0), batch_size):
             batch_lengths = lengths[first : first + batch_size]
             batch = log_probs[first : first + batch_size, : int(batch_lengths.max())]
             outputs += search(batch, batch_lengths)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, CLOCK() - start)
     return best, outputs
 
 
@@ -95,11 +100,11 @@ def time_pyctcdecode(
     decoder = pyctcdecode.build_ctcdecoder(labels)
     options = {} if pruning else {"beam_prune_logp": -1e9, "token_min_logp": -1e9}
     outputs = []
-    start = time.perf_counter()
+    start = CLOCK()
     for utterance, length in enumerate(lengths.tolist()):
         text = decoder.decode_beams(log_probs[utterance, :length].numpy(), beam_width=beam, **options)[0][0]
         outputs.append([ord(char) - first_char for char in text.replace(" ", "")])
-    return time.perf_counter() - start, outputs
+    return CLOCK() - start, outputs
 
 
 def machine_description() -> Dict[str, str]:
@@ -213,17 +218,19 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
         f"Command: `{command}`  ",
         f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; torch {machine['torch']}, "
         f"Python {machine['python']}; torch threads {args.threads}  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+        f"1-minute load average at the end {os.getloadavg()[0]:.1f}",
         "",
         "Synthetic peaky posteriors (see the script's docstring), 25 frames/s, blank 0, "
         f"{args.num_utterances} utterances of {args.min_seconds:g}-{args.max_seconds:g} s. "
-        "RTF = decoding time / audio time. pyctcdecode decodes the first "
+        "RTF = decoding CPU time (time.process_time of this single-threaded process) / audio time. "
+        "pyctcdecode decodes the first "
         f"{args.pyctcdecode_utterances} utterances one by one (Python; without pruning only the first "
         f"{args.unpruned_utterances}, and only for V <= {args.unpruned_max_vocab}); \"agreement\" is the "
         "fraction of those where its best output equals ours. Every time is the best of "
         f"{args.repeats} runs.",
         "",
-        "| V | decoder | beam | utterances | audio (s) | decode (s) | RTF | agreement |",
+        "| V | decoder | beam | utterances | audio (s) | decode CPU (s) | RTF | agreement |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:

@@ -226,6 +226,8 @@ class _FrameScores:
             values, tokens = _top_nonblank_tokens(log_probs, blank_id, num_extensions)
             values = values.to(torch.float64).masked_fill(padding.unsqueeze(-1), _NEG_INF)
             self.top_tokens = tokens.unbind(1)  # T x (N, K)
+            self.token_rows = tokens.unsqueeze(2).unbind(1)  # T x (N, 1, K)
+            self.token_codes = (tokens + 1).unsqueeze(2).unbind(1)  # T x (N, 1, K): hash symbols
             self.top_values = values.unsqueeze(2).unbind(1)  # T x (N, 1, K)
 
 
@@ -290,7 +292,7 @@ class _Beam:
             last_token.unsqueeze(2) == last_token.unsqueeze(1), log_p_blank.unsqueeze(1), total.unsqueeze(1)
         )
         # At most one live slot holds a given prefix, so the max selects the parent.
-        from_parent = parent_base.masked_fill(~is_parent, _NEG_INF).amax(dim=2)
+        from_parent = torch.where(is_parent, parent_base, _NEG_INF).amax(dim=2)
         stay_blank = total + frames.blank[frame]
         stay_token = torch.logaddexp(log_p_token, from_parent) + last_score
 
@@ -298,9 +300,9 @@ class _Beam:
         tokens = frames.top_tokens[frame]  # (N, K)
         num_extensions = tokens.size(1)
         extension = torch.where(
-            tokens.unsqueeze(1) == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
+            frames.token_rows[frame] == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
         ) + frames.top_values[frame]  # (N, B, K)
-        extension_hash = prefix_hash.unsqueeze(2) * _HASH_MULTIPLIER + (tokens + 1).unsqueeze(1)
+        extension_hash = prefix_hash.unsqueeze(2) * _HASH_MULTIPLIER + frames.token_codes[frame]
         in_beam = (extension_hash.unsqueeze(3) == prefix_hash.view(num_utterances, 1, 1, beam)) & (
             alive_non_empty.view(num_utterances, 1, 1, beam)
         )
