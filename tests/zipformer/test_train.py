@@ -16,13 +16,11 @@ from zipformer.train import main
 
 TRAIN = {
     "utt-a": (1.2, "HELLO WORLD"),
-    "utt-b": (1.6, "PRUNED CTC"),
-    "utt-c": (2.0, "A SMALL TEST"),
-    "utt-d": (2.4, "THE QUICK BROWN FOX"),
-    "utt-e": (2.8, "JUMPS OVER"),
-    "utt-f": (3.2, "THE LAZY DOG"),
-    "utt-g": (1.4, "SPEECH"),
-    "utt-h": (1.8, "ZIPFORMER"),
+    "utt-b": (1.4, "PRUNED CTC"),
+    "utt-c": (1.6, "A SMALL TEST"),
+    "utt-d": (1.8, "QUICK BROWN FOX"),
+    "utt-e": (2.0, "JUMPS OVER"),
+    "utt-f": (2.2, "THE LAZY DOG"),
 }
 VALID = {"utt-v": (1.5, "VALID")}
 
@@ -40,7 +38,7 @@ def arguments(corpus: Dict[str, Path], exp_dir: Path, *extra: str) -> List[str]:
     return [
         "model.preset=tiny", f"train.exp_dir={exp_dir}", f"train.lang_dir={corpus['lang']}",
         f"data.train_cuts={corpus['train']}", f"data.valid_cuts={corpus['valid']}",
-        f"data.musan_cuts={corpus['musan']}", "data.max_duration=6", "data.num_buckets=2",
+        f"data.musan_cuts={corpus['musan']}", "data.max_duration=4", "data.num_buckets=2",
         "data.num_workers=0", "train.num_epochs=2", "train.save_every_n=2", "train.keep_last_k=0",
         "train.average_period=2", "train.log_interval=1", *extra,
     ]
@@ -76,6 +74,7 @@ def test_training_writes_checkpoints_logs_and_tensorboard(uninterrupted: Path) -
 def test_resumed_training_matches_uninterrupted_bit_for_bit(
     corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path, resume_argument: str
 ) -> None:
+    assert load(uninterrupted / "epoch-1.pt")["batch_idx_train"] > 2  # checkpoint-2.pt is mid-epoch
     for name in ("checkpoint-2.pt", "epoch-1.pt"):
         shutil.copy(uninterrupted / name, tmp_path / name)
     main(arguments(corpus, tmp_path, resume_argument, "data.num_workers=1"))
