@@ -26,10 +26,11 @@ def _synthesize(path: Path, duration: float, frequency: float, seed: int) -> Non
 
 
 def _write_cuts(root: Path, items: CutItems, name: str) -> Path:
-    (root / "wav").mkdir(exist_ok=True)
+    wav_dir = root / f"{name}_wav"  # per manifest: a valid cut may reuse a training cut's id
+    wav_dir.mkdir(exist_ok=True)
     cuts = []
     for index, (cut_id, (duration, text)) in enumerate(items.items()):
-        wav = root / "wav" / f"{cut_id}.wav"
+        wav = wav_dir / f"{cut_id}.wav"
         _synthesize(wav, duration, 200.0 + 40 * index, seed=index)
         cut = Recording.from_file(wav, recording_id=cut_id).to_cut()
         cut.supervisions = [
