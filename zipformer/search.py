@@ -20,9 +20,9 @@ use 0.3 and 0.7).
 The search runs on the whole batch and beam at once: each frame is a fixed number of
 tensor operations on (N, beam) and (N, beam, K) tensors, with no Python loop over
 utterances or hypotheses. A frame costs about 60 small tensor operations whatever the
-batch size, so decoding many utterances at once is what makes it fast (on 2 CPU cores
-about 0.1 ms per frame for one utterance, 0.15 ms for 16, 0.3 ms for 64; see
-benchmarks/decoding). Equal prefixes are found without comparing token
+batch size, so decoding many utterances at once is what makes it fast (measured on a
+shared 2-core machine: about 0.15 ms of CPU per frame for 1 or 16 utterances, 0.3 ms
+for 64; see benchmarks/decoding). Equal prefixes are found without comparing token
 sequences: each slot carries a 64-bit polynomial hash of its prefix and of its parent
 prefix (the prefix minus its last token), so "h + c is already in the beam" and "the
 parent of g is in the beam" are tensor comparisons. (Two different prefixes would
