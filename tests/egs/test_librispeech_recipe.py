@@ -111,3 +111,14 @@ def test_stage_options_select_stages(recipe, run_recipe):
     result = run_recipe(recipe, "--stage", "4", "--stop-stage", "4", "--parts", " ".join(PARTS))
     assert "Stage 4:" in result.stdout
     assert "Stage 3:" not in result.stdout and "Stage 5:" not in result.stdout
+
+
+def test_manifests_equal_those_of_lhotses_own_recipe_function(recipe, librispeech_corpus):
+    from lhotse import load_manifest
+    from lhotse.recipes import prepare_librispeech
+
+    reference = prepare_librispeech(librispeech_corpus, dataset_parts=list(PARTS), output_dir=None)
+    for part in PARTS:
+        ours = load_manifest(recipe / f"data/manifests/librispeech_supervisions_{part}.jsonl.gz")
+        theirs = reference[part]["supervisions"]
+        assert sorted((s.id, s.text, s.duration) for s in ours) == sorted((s.id, s.text, s.duration) for s in theirs)
