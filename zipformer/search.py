@@ -242,7 +242,15 @@ class _Beam:
     parents is a tensor comparison.
     """
 
-    def __init__(self, log_p_blank, log_p_token, bonus, last_token, prefix_hash, parent_hash) -> None:
+    def __init__(
+        self,
+        log_p_blank: torch.Tensor,
+        log_p_token: torch.Tensor,
+        bonus: torch.Tensor,
+        last_token: torch.Tensor,
+        prefix_hash: torch.Tensor,
+        parent_hash: torch.Tensor,
+    ) -> None:
         self.log_p_blank = log_p_blank
         self.log_p_token = log_p_token
         self.bonus = bonus  # token_penalty * prefix length
