@@ -108,3 +108,10 @@ def test_rerun_skips_every_stage_and_changes_nothing(recipe, run_recipe, snapsho
     assert "computing" not in result.stdout
     for stage in range(9):
         assert f"Stage {stage}:" in result.stdout
+
+
+def test_one_bpe_model_per_vocabulary_size(recipe, run_recipe):
+    run_recipe(recipe, "--stage", "8", "--stop-stage", "8", "--vocab-sizes", "40 70")
+    for size in (40, 70):
+        lines = (recipe / f"data/lang_bpe_{size}/tokens.txt").read_text().splitlines()
+        assert len(lines) == size and lines[:3] == ["<blk> 0", "<sos/eos> 1", "<unk> 2"]
