@@ -269,6 +269,8 @@ def make_musan(
 def _split_counts(text: str, names: Sequence[str], what: str) -> Dict[str, int]:
     """``"8"`` gives every name 8; ``"train=20,dev=4"`` gives the listed names."""
     if "=" not in text:
+        if not text.isdigit():
+            raise ValueError(f"--{what}: expected a count or NAME=COUNT items, found {text!r}")
         return {name: int(text) for name in names}
     counts = {}
     for item in text.split(","):
@@ -294,17 +296,26 @@ def main(argv: Sequence[str] = None) -> None:
     parser.add_argument("--test", type=int, default=200, help="mini: test utterances")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    if args.corpus == "librispeech":
-        made = make_librispeech(args.out_dir, _split_counts(args.utterances, LIBRISPEECH_DEFAULT_PARTS, "utterances"), seed=args.seed)
-    elif args.corpus == "aishell":
-        made = make_aishell(args.out_dir, _split_counts(args.utterances, AISHELL_SPLITS, "utterances"), seed=args.seed)
-    elif args.corpus == "gigaspeech":
-        made = make_gigaspeech(args.out_dir, _split_counts(args.utterances, GIGASPEECH_DEFAULT_SUBSETS, "utterances"), seed=args.seed)
-    elif args.corpus == "musan":
-        made = make_musan(args.out_dir, files_per_part=int(args.utterances), seed=args.seed)
-    else:
-        made = make_mini(args.out_dir, args.train, args.dev, args.test, seed=args.seed)
+    try:
+        made = _make(args)
+    except ValueError as error:
+        parser.error(str(error))
     logging.info(f"wrote {args.corpus} corpus to {made}")
+
+
+def _make(args: argparse.Namespace) -> Path:
+    def counts(names: Sequence[str]) -> Dict[str, int]:
+        return _split_counts(args.utterances, names, "utterances")
+
+    if args.corpus == "librispeech":
+        return make_librispeech(args.out_dir, counts(LIBRISPEECH_DEFAULT_PARTS), seed=args.seed)
+    if args.corpus == "aishell":
+        return make_aishell(args.out_dir, counts(AISHELL_SPLITS), seed=args.seed)
+    if args.corpus == "gigaspeech":
+        return make_gigaspeech(args.out_dir, counts(GIGASPEECH_DEFAULT_SUBSETS), seed=args.seed)
+    if args.corpus == "musan":
+        return make_musan(args.out_dir, files_per_part=counts(["files"])["files"], seed=args.seed)
+    return make_mini(args.out_dir, args.train, args.dev, args.test, seed=args.seed)
 
 
 if __name__ == "__main__":

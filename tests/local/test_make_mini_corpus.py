@@ -97,3 +97,14 @@ def test_musan_layout_and_lengths(tmp_path):
         assert [round(sf.info(str(w)).duration, 1) for w in wavs] == [12.0, 16.0, 20.0]
     annotations = (corpus / "music/fma/ANNOTATIONS").read_text().splitlines()
     assert [line.split()[0] for line in annotations] == [f"music-fma-{i:04d}" for i in range(3)]
+
+
+def test_command_line_takes_counts_per_part_and_names_bad_counts(tmp_path, capsys):
+    from local.make_mini_corpus import main
+
+    main(["librispeech", "--out-dir", str(tmp_path), "--utterances", "train-clean-100=2,dev-other=1"])
+    assert sorted(p.name for p in (tmp_path / "LibriSpeech").iterdir()) == ["dev-other", "train-clean-100"]
+    assert len(list((tmp_path / "LibriSpeech").rglob("*.flac"))) == 3
+    with pytest.raises(SystemExit):
+        main(["aishell", "--out-dir", str(tmp_path), "--utterances", "train=x"])
+    assert "--utterances: expected NAME=COUNT items, found 'train=x'" in capsys.readouterr().err
