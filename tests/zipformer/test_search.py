@@ -164,13 +164,19 @@ def test_top_k_pruning_matches_search_expanding_every_token(beam):
     blank_fraction=st.floats(0.0, 0.99),
     penalty=st.sampled_from([0.0, -1.0, 1.5]),
     sharpness=st.floats(0.5, 6.0),
+    zero_fraction=st.sampled_from([0.0, 0.4]),
     seed=st.integers(0, 10_000),
 )
 def test_any_shape_beam_and_blank_matches_reference_search(
-    num_frames, vocab_size, beam, blank_fraction, penalty, sharpness, seed
+    num_frames, vocab_size, beam, blank_fraction, penalty, sharpness, zero_fraction, seed
 ):
+    """Also with probability-0 (-inf) entries, one class per frame kept possible."""
     generator = torch.Generator().manual_seed(seed)
-    log_probs = (sharpness * torch.randn(1, num_frames, vocab_size, generator=generator)).log_softmax(-1)
+    logits = sharpness * torch.randn(1, num_frames, vocab_size, generator=generator)
+    impossible = torch.rand(1, num_frames, vocab_size, generator=generator) < zero_fraction
+    kept = torch.randint(0, vocab_size, (1, num_frames, 1), generator=generator)
+    impossible.scatter_(2, kept, False)
+    log_probs = logits.masked_fill(impossible, -math.inf).log_softmax(-1)
     blank_id = int(blank_fraction * vocab_size)
     nbest = ctc_prefix_beam_search(
         log_probs,
