@@ -64,6 +64,11 @@ _NEG_INF = float("-inf")
 # Odd 64-bit multiplier (2**64 / golden ratio, as a signed int64) of the prefix hash
 # h(prefix + c) = h(prefix) * M + c + 1, wrapping modulo 2**64.
 _HASH_MULTIPLIER = 0x9E3779B97F4A7C15 - 2**64
+# Hashes of dead slots (probability 0) and of the parent of the empty prefix or of a
+# dead slot: arbitrary constants that a real prefix hash matches with probability 2**-64,
+# so dead slots never merge with, nor act as parents of, live prefixes.
+_DEAD = 0x2545F4914F6CDD1D
+_NO_PARENT = 0x5851F42D4C957F2D
 
 
 class Hypothesis(NamedTuple):
@@ -262,20 +267,21 @@ class _Beam:
     def initial(cls, num_utterances: int, beam: int, blank_id: int, device: torch.device) -> "_Beam":
         """Slot 0 holds the empty prefix, the other slots are dead (probability 0).
 
-        The empty prefix has the blank as its "last token": no emitted token equals it,
-        and it marks the one prefix without a parent.
+        The empty prefix has the blank as its "last token" (no emitted token equals it)
+        and no parent.
         """
         shape = (num_utterances, beam)
         log_p_blank = torch.full(shape, _NEG_INF, dtype=torch.float64, device=device)
         log_p_blank[:, 0] = 0.0
-        zeros = torch.zeros(shape, dtype=torch.long, device=device)
+        prefix_hash = torch.full(shape, _DEAD, dtype=torch.long, device=device)
+        prefix_hash[:, 0] = 0
         return cls(
             log_p_blank,
             torch.full(shape, _NEG_INF, dtype=torch.float64, device=device),
             torch.zeros(shape, dtype=torch.float64, device=device),
             torch.full(shape, blank_id, dtype=torch.long, device=device),
-            zeros,
-            zeros.clone(),
+            prefix_hash,
+            torch.full(shape, _NO_PARENT, dtype=torch.long, device=device),
         )
 
     def advance(
@@ -287,22 +293,17 @@ class _Beam:
             self.log_p_blank, self.log_p_token, self.last_token, self.prefix_hash
         )
         total = torch.logaddexp(log_p_blank, log_p_token)
-        alive = total > _NEG_INF
-        # Live slots other than the empty prefix (whose "last token" is the blank).
-        alive_non_empty = alive & (last_token != frames.blank_id)
         # The empty prefix's repeat score multiplies its log_p_token = -inf.
         last_score = frames.log_probs[frame].gather(1, last_token).to(torch.float64)
         last_score = last_score + frames.padding_offset[frame]
 
         # Stay on each prefix g: a blank, a repeat of last(g), or (exactly, whatever the
         # token's rank) the extension of g's parent h, if h is in the beam, by last(g).
-        is_parent = (self.parent_hash.unsqueeze(2) == prefix_hash.unsqueeze(1)) & (
-            alive_non_empty.unsqueeze(2) & alive.unsqueeze(1)
-        )  # [n, g, h]
+        is_parent = self.parent_hash.unsqueeze(2) == prefix_hash.unsqueeze(1)  # [n, g, h]
         parent_base = torch.where(
             last_token.unsqueeze(2) == last_token.unsqueeze(1), log_p_blank.unsqueeze(1), total.unsqueeze(1)
         )
-        # At most one live slot holds a given prefix, so the max selects the parent.
+        # At most one slot holds a given prefix, so the max selects the parent.
         from_parent = torch.where(is_parent, parent_base, _NEG_INF).amax(dim=2)
         stay_blank = total + frames.blank[frame]
         stay_token = torch.logaddexp(log_p_token, from_parent) + last_score
@@ -314,30 +315,30 @@ class _Beam:
             frames.token_rows[frame] == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
         ) + frames.top_values[frame]  # (N, B, K)
         extension_hash = prefix_hash.unsqueeze(2) * _HASH_MULTIPLIER + frames.token_codes[frame]
-        in_beam = (extension_hash.unsqueeze(3) == prefix_hash.view(num_utterances, 1, 1, beam)) & (
-            alive_non_empty.view(num_utterances, 1, 1, beam)
-        )
-        extension = extension.masked_fill(in_beam.any(dim=3), _NEG_INF)
+        in_beam = (extension_hash.unsqueeze(3) == prefix_hash.view(num_utterances, 1, 1, beam)).any(dim=3)
+        extension = extension.masked_fill(in_beam, _NEG_INF)
         extension_rank = extension + (self.bonus + token_penalty).unsqueeze(2)
         stay_rank = torch.logaddexp(stay_blank, stay_token) + self.bonus
         rank = torch.cat([stay_rank, extension_rank.flatten(1)], dim=1)
 
-        best = rank.topk(beam, dim=1).indices  # (N, B)
+        top = rank.topk(beam, dim=1)
+        best = top.indices  # (N, B)
         is_stay = best < beam
         extension_index = (best - beam).clamp(min=0)
         source = torch.where(is_stay, best, extension_index // num_extensions)
         new_token = tokens.gather(1, extension_index % num_extensions)
         source_hash = prefix_hash.gather(1, source)
+        is_dead = top.values == _NEG_INF  # fewer live candidates than slots
         self.log_p_blank = torch.where(is_stay, stay_blank.gather(1, source), _NEG_INF)
         self.log_p_token = torch.where(
             is_stay, stay_token.gather(1, source), extension.flatten(1).gather(1, extension_index)
         )
         self.bonus = self.bonus.gather(1, source) + torch.where(is_stay, 0.0, token_penalty)
         self.last_token = torch.where(is_stay, last_token.gather(1, source), new_token)
-        self.parent_hash = torch.where(is_stay, self.parent_hash.gather(1, source), source_hash)
-        self.prefix_hash = torch.where(
-            is_stay, source_hash, extension_hash.flatten(1).gather(1, extension_index)
-        )
+        parent_hash = torch.where(is_stay, self.parent_hash.gather(1, source), source_hash)
+        self.parent_hash = parent_hash.masked_fill(is_dead, _NO_PARENT)
+        prefix_hash = torch.where(is_stay, source_hash, extension_hash.flatten(1).gather(1, extension_index))
+        self.prefix_hash = prefix_hash.masked_fill(is_dead, _DEAD)
         return source, new_token.masked_fill(is_stay, _NO_TOKEN)
 
 
