@@ -149,7 +149,8 @@ def machine_description(device: str) -> str:
     return text
 
 
-def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, command: str) -> None:
+def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, command: str,
+                  load_before: str) -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     stem = args.output_dir / f"encoder_{args.device}_{args.dtype}"
     with open(stem.with_suffix(".csv"), "w", newline="") as stream:
@@ -164,7 +165,9 @@ def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, comman
         f"# Zipformer encoder forward + backward ({args.device}, {args.dtype})", "",
         f"- Command: `{command}`",
         f"- Machine: {machine_description(args.device)}",
-        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
+        f"load average before the runs {load_before} (other work on the machine slows "
+        f"the timings, not the memory)",
         f"- Batch: {args.batch_size} utterances of {args.seconds:g} s "
         f"({int(args.seconds * FRAMES_PER_SECOND)} fbank frames each, no padding); "
         f"training mode; loss = mean of squared outputs; {args.warmup} warm-up and "
@@ -182,13 +185,13 @@ def main(argv: List[str]) -> None:
     if args.worker:
         print(json.dumps(run_worker(args)))
         return
-    command = "python scripts/benchmark_encoder.py " + shlex.join(argv)
+    command = " ".join(["python scripts/benchmark_encoder.py", shlex.join(argv)]).strip()
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    load_before = "/".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     for preset in args.presets:
-        worker_argv = [a for a in argv]
-        worker = [sys.executable, __file__, *worker_argv, "--presets", preset, "--worker"]
+        worker = [sys.executable, __file__, *argv, "--presets", preset, "--worker"]
         print(f"[{preset}] running {args.warmup + args.iters} steps in a fresh process ...",
               flush=True)
         result = subprocess.run(worker, capture_output=True, text=True, env=env)
@@ -197,7 +200,7 @@ def main(argv: List[str]) -> None:
         row = json.loads(result.stdout.strip().splitlines()[-1])
         print(f"[{preset}] {row}", flush=True)
         rows.append(row)
-    write_results(rows, args, command)
+    write_results(rows, args, command, load_before)
 
 
 if __name__ == "__main__":

@@ -81,14 +81,16 @@ class CTCModel(nn.Module):
 
 
 def parameter_groups(model: nn.Module, lr: float) -> List[dict]:
-    """One optimizer group per distinct ``lr_scale`` found on enclosing modules (facts
-    3.1); the Zipformer CTC recipe sets none, giving a single group at ``lr``."""
+    """One optimizer group per distinct product of ``lr_scale`` attributes on enclosing
+    modules (facts 3.1); the Zipformer CTC recipe sets none: a single group at ``lr``."""
     groups: dict = {}
-    scales = {"": 1.0}
-    for name, module in model.named_modules():
-        parent = name.rpartition(".")[0] if name else None
-        scale = scales.get(parent, 1.0) if parent is not None else 1.0
-        scales[name] = scale * float(getattr(module, "lr_scale", 1.0))
-        for param_name, param in module.named_parameters(recurse=False):
-            groups.setdefault(scales[name], []).append(param)
+
+    def visit(module: nn.Module, scale: float) -> None:
+        scale *= float(getattr(module, "lr_scale", 1.0))
+        for param in module.parameters(recurse=False):
+            groups.setdefault(scale, []).append(param)
+        for child in module.children():
+            visit(child, scale)
+
+    visit(model, 1.0)
     return [{"params": params, "lr": lr * scale} for scale, params in groups.items()]

@@ -55,7 +55,7 @@ class ZipformerConfig:
     head_dropout: float = 0.1
     loss: str = "pruned"
     chunk_size: int = 4096
-    beam: float = 100.0
+    beam: Optional[float] = 100.0  # alignment beam; None keeps every alignment
 
     def __post_init__(self) -> None:
         for name in PER_STACK_FIELDS + ("subsampling_channels",):
@@ -205,6 +205,9 @@ def parse_overrides(overrides: Iterable[str]) -> Dict[str, Any]:
                 parsed[key] = int(raw)
             elif kind == "float":
                 parsed[key] = float(raw)
+            elif kind == "Optional[float]":
+                none = raw.strip().lower() in ("none", "null", "~", "")
+                parsed[key] = None if none else float(raw)
             else:
                 parsed[key] = raw.strip()
         except ValueError as error:

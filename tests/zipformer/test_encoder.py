@@ -13,15 +13,6 @@ from zipformer.presets import get_preset
 from zipformer.scaling import set_batch_count
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny models run fastest on one thread, and far faster on a loaded CI machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tiny_encoder():
     torch.manual_seed(0)

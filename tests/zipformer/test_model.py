@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from zipformer.model import CTCModel
+from zipformer.model import CTCModel, parameter_groups
 from zipformer.optim import Eden, ScaledAdam
 from zipformer.presets import get_preset
 
@@ -136,3 +136,29 @@ def test_a_tiny_model_overfits_one_batch_with_scaled_adam_eden_and_pruned_ctc(ti
 def test_unknown_loss_is_named():
     with pytest.raises(ValueError, match="unknown loss 'ctc'; valid: pruned, standard"):
         CTCModel(get_preset("tiny", loss="ctc"))
+
+
+def test_parameter_groups_follow_lr_scale_attributes(tiny_model):
+    groups = parameter_groups(tiny_model, lr=0.045)
+    assert len(groups) == 1 and groups[0]["lr"] == 0.045
+    assert sum(p.numel() for p in groups[0]["params"]) == tiny_model.num_parameters()
+    tiny_model.encoder.encoder_embed.lr_scale = 0.5
+    groups = {g["lr"]: g["params"] for g in parameter_groups(tiny_model, lr=0.04)}
+    embed = set(map(id, tiny_model.encoder.encoder_embed.parameters()))
+    assert set(map(id, groups[0.02])) == embed
+    assert len(groups[0.02]) + len(groups[0.04]) == len(list(tiny_model.parameters()))
+
+
+@pytest.mark.slow
+def test_zipformer_m_trains_a_step_with_finite_gradients_everywhere():
+    torch.manual_seed(0)
+    model = CTCModel(get_preset("M", vocab_size=500))
+    model.train()
+    model.set_batch_count(30000.0)
+    features = torch.randn(2, 400, 80)
+    targets = [list(range(1, 40)), list(range(3, 30))]
+    loss = model(features, torch.tensor([400, 321]), targets)
+    loss.backward()
+    assert torch.isfinite(loss)
+    for name, param in model.named_parameters():
+        assert param.grad is not None and torch.isfinite(param.grad).all(), name

@@ -54,6 +54,7 @@ def test_command_line_overrides_are_typed():
                               "loss=standard", "vocab-size=1000"])
     assert parsed == {"encoder_dim": (192, 256, 256, 256, 256, 256), "beam": 20.0,
                       "loss": "standard", "vocab_size": 1000}
+    assert parse_overrides(["beam=none"]) == {"beam": None}
     with pytest.raises(ValueError, match="unknown model option 'beem'"):
         parse_overrides(["beem=3"])
     with pytest.raises(ValueError, match="not of the form key=value"):
