@@ -1,7 +1,7 @@
 """Model configuration: one dataclass, named presets, YAML files and command-line overrides.
 
 Presets S, M and L are the icefall LibriSpeech sizes (facts 1.3); M is also the recipe
-default (facts 1.1). ``mini`` (~3 M parameters) is for the CPU mini recipe and ``tiny``
+default (facts 1.1). ``mini`` (3.4 M parameters) is for the CPU mini recipe and ``tiny``
 for unit tests. A recipe's ``conf/*.yaml`` may hold a ``model:`` section (or be flat)::
 
     model:
@@ -131,18 +131,19 @@ PRESETS: Dict[str, Dict[str, Any]] = {
               feedforward_dim=(512, 768, 1536, 2048, 1536, 768),
               encoder_dim=(192, 256, 512, 768, 512, 256),
               encoder_unmasked_dim=(192, 192, 256, 320, 256, 192)),
-    # ~3.2 M parameters with V = 500: the CPU mini recipe.
+    # 3.42 M parameters with V = 500: the CPU mini recipe.
     "mini": dict(num_encoder_layers=(1, 1, 1, 1, 1, 1),
                  feedforward_dim=(256, 384, 384, 512, 384, 384),
                  encoder_dim=(96, 128, 128, 192, 128, 128),
                  encoder_unmasked_dim=(96, 96, 96, 128, 96, 96),
                  num_heads=(4, 4, 4, 4, 4, 4), query_head_dim=16, pos_dim=24,
                  subsampling_channels=(8, 16, 32)),
-    # Unit tests: three stacks, a few hundred thousand parameters.
-    "tiny": dict(num_encoder_layers=(1, 1, 1), downsampling_factor=(1, 2, 1),
-                 feedforward_dim=(96, 96, 96), num_heads=(2, 2, 2),
-                 encoder_dim=(48, 64, 48), encoder_unmasked_dim=(32, 48, 32),
-                 cnn_module_kernel=(7, 7, 7), query_head_dim=8, value_head_dim=8,
+    # Unit tests: the six-stack layout of M at a few hundred thousand parameters.
+    "tiny": dict(num_encoder_layers=(1, 1, 1, 1, 1, 1),
+                 feedforward_dim=(64, 64, 64, 64, 64, 64), num_heads=(2, 2, 2, 2, 2, 2),
+                 encoder_dim=(32, 48, 48, 64, 48, 48),
+                 encoder_unmasked_dim=(32, 32, 32, 32, 32, 32),
+                 cnn_module_kernel=(5, 5, 5, 5, 5, 5), query_head_dim=8, value_head_dim=8,
                  pos_head_dim=4, pos_dim=16, subsampling_channels=(4, 8, 16)),
 }
 
