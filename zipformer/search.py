@@ -19,7 +19,7 @@ use 0.3 and 0.7).
 
 The search runs on the whole batch and beam at once: each frame is a fixed number of
 tensor operations on (N, beam) and (N, beam, K) tensors, with no Python loop over
-utterances or hypotheses. A frame costs about 60 small tensor operations whatever the
+utterances or hypotheses. A frame costs about 50 small tensor operations whatever the
 batch size, so decoding many utterances at once is what makes it fast (measured on a
 shared 2-core machine: about 0.15 ms of CPU per frame for 1 or 16 utterances, 0.3 ms
 for 64; see benchmarks/decoding). Equal prefixes are found without comparing token
