@@ -10,9 +10,30 @@ No (M, V) tensor exists at any time; the largest temporary is one (M, chunk) blo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision choices of App. C.2 (Table 6). The defaults are the paper's choice
+    and the library's: the others exist for ``scripts/numerical_accuracy.py``.
+
+    float64_normalizer: online log-sum-exp and the subtraction S = Z_U - lambda in FP64
+        (else FP32 throughout).
+    reuse_selected: the backward pass takes the selected columns' probabilities from the
+        saved S (else it recomputes them from the chunk with an FP32 normalizer).
+    float64_gradient: the gradient's recomputed logits, products and sums in FP64.
+    """
+
+    float64_normalizer: bool = True
+    reuse_selected: bool = True
+    float64_gradient: bool = False
+
+
+DEFAULT_PRECISION = Precision()
 
 
 def compute_dtype_for(dtype: torch.dtype) -> torch.dtype:
@@ -55,27 +76,30 @@ def _sum_in_float64(block: torch.Tensor) -> torch.Tensor:
 
 
 def full_vocabulary_normalizer(
-    frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], chunk_size: int
+    frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], chunk_size: int,
+    dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """lambda_m = log sum_v exp Z[m, v] (eq. 1) in FP64, one chunk of columns at a time.
+    """lambda_m = log sum_v exp Z[m, v] (eq. 1), one chunk of columns at a time.
 
     Args:
         frames: (M, D) in the compute dtype.
         weight: (V, D); bias: (V,) or None.
+        dtype: the accumulation dtype (FP64; FP32 only for the precision ablation).
     Returns:
-        (M,) float64.
+        (M,) in ``dtype``.
     """
     num_frames = frames.shape[0]
-    running_max = torch.full((num_frames,), float("-inf"), dtype=torch.float64,
-                             device=frames.device)
-    running_sum = torch.zeros(num_frames, dtype=torch.float64, device=frames.device)
+    running_max = torch.full((num_frames,), float("-inf"), dtype=dtype, device=frames.device)
+    running_sum = torch.zeros(num_frames, dtype=dtype, device=frames.device)
     vocab_size = weight.shape[0]
     for start in range(0, vocab_size, chunk_size):
         logits = _chunk_logits(frames, weight, bias, start, min(start + chunk_size, vocab_size))
-        chunk_max = logits.amax(dim=1).to(torch.float64)
+        chunk_max = logits.amax(dim=1).to(dtype)
         shift = _finite_or_zero(chunk_max)
         # exp(Z - chunk max) lies in [0, 1]; its terms are summed in FP64.
-        chunk_sum = _sum_in_float64(logits.sub_(shift.to(logits.dtype).unsqueeze(1)).exp_())
+        terms = logits.sub_(shift.to(logits.dtype).unsqueeze(1)).exp_()
+        chunk_sum = (_sum_in_float64(terms) if dtype == torch.float64
+                     else terms.sum(dim=1, dtype=dtype))
         new_max = torch.maximum(running_max, chunk_max)
         reference = _finite_or_zero(new_max)
         running_sum = running_sum * torch.exp(running_max - reference) + torch.where(
@@ -90,26 +114,30 @@ class SelectedLogProbs(torch.autograd.Function):
     """S = log softmax over the full vocabulary, restricted to the selected columns U.
 
     forward(frames (M, D), weight (V, D), bias (V,) or None, selected_classes (K,) int64,
-    chunk_size) -> S (M, K) in the compute dtype.
+    chunk_size, precision=DEFAULT_PRECISION) -> S (M, K) in the compute dtype.
 
     Rows whose incoming gradient is entirely zero (frames of excluded utterances) get
     exactly zero gradient, even when their inputs are nonfinite.
     """
 
     @staticmethod
-    def forward(ctx, frames, weight, bias, selected_classes, chunk_size):
+    def forward(ctx, frames, weight, bias, selected_classes, chunk_size,
+                precision=DEFAULT_PRECISION):
         compute_dtype = compute_dtype_for(frames.dtype)
+        normalizer_dtype = torch.float64 if precision.float64_normalizer else compute_dtype
         frames_c = frames.to(compute_dtype)
-        normalizer = full_vocabulary_normalizer(frames_c, weight, bias, chunk_size)
+        normalizer = full_vocabulary_normalizer(frames_c, weight, bias, chunk_size,
+                                                normalizer_dtype)
         selected_weight = weight.index_select(0, selected_classes).to(compute_dtype)
         selected_logits = frames_c @ selected_weight.t()
         if bias is not None:
             selected_logits += bias.index_select(0, selected_classes).to(compute_dtype)
         # Subtract in FP64, round once (App. C.1, Table 6's best setting).
         selected_log_probs = (
-            selected_logits.to(torch.float64) - normalizer.unsqueeze(1)
+            selected_logits.to(normalizer_dtype) - normalizer.unsqueeze(1)
         ).to(compute_dtype)
         ctx.chunk_size = chunk_size
+        ctx.precision = precision
         ctx.has_bias = bias is not None
         ctx.save_for_backward(frames, weight, bias if bias is not None else weight.new_empty(0),
                               selected_classes, selected_log_probs, normalizer)
@@ -120,9 +148,11 @@ class SelectedLogProbs(torch.autograd.Function):
         (frames, weight, bias, selected_classes, selected_log_probs,
          normalizer) = ctx.saved_tensors
         bias = bias if ctx.has_bias else None
-        compute_dtype = selected_log_probs.dtype
-        grad_selected = grad_selected.to(compute_dtype)
-        frames_c = frames.to(compute_dtype)
+        precision = ctx.precision
+        gradient_dtype = (torch.float64 if precision.float64_gradient
+                          else selected_log_probs.dtype)
+        grad_selected = grad_selected.to(gradient_dtype)
+        frames_c = frames.to(gradient_dtype)
         silent_rows = (grad_selected == 0).all(dim=1)
         if bool(silent_rows.any()):
             # Excluded rows may hold nonfinite values: 0 * nan would leak into dX and dW.
@@ -132,8 +162,10 @@ class SelectedLogProbs(torch.autograd.Function):
         # g_m = sum_j G[m, j] (eq. 9); the selected columns of the dense gradient are
         # G - g * exp(S), using the saved S (Table 6: "reused").
         row_sums = grad_selected.sum(dim=1, keepdim=True)
-        selected_grad = grad_selected - row_sums * selected_log_probs.exp()
-        normalizer_c = normalizer.to(compute_dtype).unsqueeze(1)
+        selected_grad = grad_selected - row_sums * selected_log_probs.to(gradient_dtype).exp()
+        if not precision.float64_gradient:
+            normalizer = normalizer.to(selected_log_probs.dtype)
+        normalizer_c = normalizer.to(gradient_dtype).unsqueeze(1)
 
         need_frames, need_weight, need_bias = ctx.needs_input_grad[:3]
         grad_frames = torch.zeros_like(frames_c) if need_frames else None
@@ -150,9 +182,13 @@ class SelectedLogProbs(torch.autograd.Function):
             in_chunk = (selected_classes >= start) & (selected_classes < stop)
             if bool(in_chunk.any()):
                 columns = in_chunk.nonzero().squeeze(1)
-                grad_logits[:, selected_classes[columns] - start] = selected_grad[:, columns]
+                local = selected_classes[columns] - start
+                if precision.reuse_selected:
+                    grad_logits[:, local] = selected_grad[:, columns]
+                else:
+                    grad_logits[:, local] += grad_selected[:, columns]
             if grad_frames is not None:
-                grad_frames.addmm_(grad_logits, weight[start:stop].to(compute_dtype))
+                grad_frames.addmm_(grad_logits, weight[start:stop].to(gradient_dtype))
             if grad_weight is not None:
                 grad_weight[start:stop] = (grad_logits.t() @ frames_c).to(weight.dtype)
             if grad_bias is not None:
@@ -160,4 +196,4 @@ class SelectedLogProbs(torch.autograd.Function):
             del logits, grad_logits  # free this block before the next one is allocated
         if grad_frames is not None:
             grad_frames = grad_frames.to(frames.dtype)
-        return grad_frames, grad_weight, grad_bias, None, None
+        return grad_frames, grad_weight, grad_bias, None, None, None
