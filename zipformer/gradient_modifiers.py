@@ -127,10 +127,8 @@ class _WhitenFunction(torch.autograd.Function):
             x_detached = x.detach().float().requires_grad_(True)
             metric = whitening_metric(x_detached.reshape(-1, x.shape[-1]), module.num_groups)
             excess = (metric - float(module.whitening_limit)).relu()
-            module.metric_exceeded = bool(excess.item() > 0.0)
-            if not module.metric_exceeded:
-                return x_grad, None
             (metric_grad,) = torch.autograd.grad(excess, x_detached)
+        # metric_grad is zero when the metric is within its limit.
         scale = float(module.grad_scale) * x_grad.float().norm() / (metric_grad.norm() + 1e-20)
         return (x_grad.float() + metric_grad * scale).to(x_grad.dtype), None
 
@@ -140,7 +138,9 @@ class Whiten(nn.Module):
 
     When :func:`whitening_metric` exceeds ``whitening_limit``, adds the metric's gradient
     rescaled to ``grad_scale`` times the norm of the incoming gradient. Runs with
-    probability ``prob[1]`` after the metric last exceeded the limit, else ``prob[0]``.
+    probability ``prob = (min, max)``: max at batch 0, falling linearly to min at batch
+    4000. (icefall instead switches to max after the metric exceeded its limit; that
+    hidden state is not in any checkpoint and would break bit-exact resumption.)
     x: (..., C).
     """
 
@@ -149,15 +149,14 @@ class Whiten(nn.Module):
         super().__init__()
         self.num_groups = num_groups
         self.whitening_limit = as_schedule(whitening_limit)
-        self.min_prob, self.max_prob = prob
+        min_prob, max_prob = prob
+        self.prob = ScheduledFloat((0.0, max_prob), (4000.0, min_prob), default=min_prob)
         self.grad_scale = as_schedule(grad_scale)
-        self.metric_exceeded = True
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or not x.requires_grad or torch.jit.is_scripting():
             return x
-        prob = self.max_prob if self.metric_exceeded else self.min_prob
-        if random.random() >= prob:
+        if random.random() >= float(self.prob):
             return x
         return _WhitenFunction.apply(x, self)
 

@@ -138,12 +138,11 @@ PRESETS: Dict[str, Dict[str, Any]] = {
                  encoder_unmasked_dim=(96, 96, 96, 128, 96, 96),
                  num_heads=(4, 4, 4, 4, 4, 4), query_head_dim=16, pos_dim=24,
                  subsampling_channels=(8, 16, 32)),
-    # Unit tests: the six-stack layout of M at a few hundred thousand parameters.
-    "tiny": dict(num_encoder_layers=(1, 1, 1, 1, 1, 1),
-                 feedforward_dim=(64, 64, 64, 64, 64, 64), num_heads=(2, 2, 2, 2, 2, 2),
-                 encoder_dim=(32, 48, 48, 64, 48, 48),
-                 encoder_unmasked_dim=(32, 32, 32, 32, 32, 32),
-                 cnn_module_kernel=(5, 5, 5, 5, 5, 5), query_head_dim=8, value_head_dim=8,
+    # Unit tests: three stacks, a few hundred thousand parameters.
+    "tiny": dict(num_encoder_layers=(1, 1, 1), downsampling_factor=(1, 2, 1),
+                 feedforward_dim=(96, 96, 96), num_heads=(2, 2, 2),
+                 encoder_dim=(48, 64, 48), encoder_unmasked_dim=(32, 48, 32),
+                 cnn_module_kernel=(7, 7, 7), query_head_dim=8, value_head_dim=8,
                  pos_head_dim=4, pos_dim=16, subsampling_channels=(4, 8, 16)),
 }
 
