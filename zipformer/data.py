@@ -21,17 +21,21 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import glob
 import hashlib
+import logging
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
 from lhotse import CutSet, Fbank, FbankConfig, load_manifest, load_manifest_lazy
 from lhotse.dataset import CutMix, DynamicBucketingSampler, DynamicCutSampler, SpecAugment
 from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeatures
+from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
 
 from zipformer.cut_filters import TrainingCutFilter, cut_text
@@ -47,7 +51,8 @@ class DataOptions:
     Durations are in seconds. Defaults are icefall's LibriSpeech values.
     """
 
-    # Cut manifests; several comma-separated files are interleaved (see load_cuts_lazy).
+    # Cut manifests; several comma-separated files (or glob patterns of pieces) are
+    # interleaved (see load_cuts_lazy).
     train_cuts: str = (
         "data/fbank/librispeech_cuts_train-clean-100.jsonl.gz,"
         "data/fbank/librispeech_cuts_train-clean-360.jsonl.gz,"
@@ -113,23 +118,68 @@ def load_cuts_lazy(paths: Union[PathLike, str], option_name: str = "cuts", seed:
     random (``CutSet.mux``, the same order on every pass for a given ``seed``), each
     drawn in proportion to its file size, a stand-in for its number of cuts that
     needs no pass over the data. A missing file is named with ``option_name``.
+
+    An item may also be a glob pattern (``*``, ``?``, ``[...]``), for a corpus stored
+    in many pieces, e.g. GigaSpeech XL's ``gigaspeech_XL_split/gigaspeech_cuts_XL.*.jsonl.gz``.
+    Its pieces are read one after the other (one open file at a time) in an order
+    shuffled once by ``seed``, the same on every pass so that a resumed run reads the
+    same sequence; the sampler's shuffle buffer mixes neighbouring pieces. Empty pieces
+    are skipped.
     """
     names = [p.strip() for p in str(paths).split(",") if p.strip()]
     if not names:
         raise ValueError(f"{option_name}: no cut manifest given")
     cut_sets = []
+    sizes = []
     for name in names:
-        path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"{option_name}: cut manifest not found: {path}")
-        cuts = load_manifest_lazy(path)
-        if not isinstance(cuts, CutSet):
-            raise ValueError(f"{option_name}: {path} is not a cut manifest (found {type(cuts).__name__})")
+        if _is_glob_pattern(name):
+            cuts, size = _load_pieces(name, option_name, seed)
+        else:
+            cuts, size = _load_one_manifest(Path(name), option_name), Path(name).stat().st_size
         cut_sets.append(cuts)
+        sizes.append(max(size, 1))
     if len(cut_sets) == 1:
         return cut_sets[0]
-    sizes = [max(Path(name).stat().st_size, 1) for name in names]
     return CutSet.mux(*cut_sets, weights=sizes, seed=seed)
+
+
+def _is_glob_pattern(name: str) -> bool:
+    return any(char in name for char in "*?[")
+
+
+def _load_one_manifest(path: Path, option_name: str) -> CutSet:
+    if not path.is_file():
+        raise FileNotFoundError(f"{option_name}: cut manifest not found: {path}")
+    cuts = load_manifest_lazy(path)
+    if not isinstance(cuts, CutSet):
+        raise ValueError(f"{option_name}: {path} is not a cut manifest (found {type(cuts).__name__})")
+    return cuts
+
+
+def _load_pieces(pattern: str, option_name: str, seed: int) -> Tuple[CutSet, int]:
+    """The non-empty manifests matching ``pattern`` chained in a seeded order, and their total size."""
+    matches = sorted(glob.glob(pattern), key=_natural_sort_key)
+    if not matches:
+        raise FileNotFoundError(f"{option_name}: no cut manifest matches the pattern {pattern}")
+    random.Random(seed).shuffle(matches)
+    pieces = []
+    for name in matches:
+        cuts = load_manifest_lazy(name) if Path(name).stat().st_size > 0 else None
+        if cuts is None:
+            logging.warning("%s: skipping empty manifest %s", option_name, name)
+        elif not isinstance(cuts, CutSet):
+            raise ValueError(f"{option_name}: {name} is not a cut manifest (found {type(cuts).__name__})")
+        else:
+            pieces.append(cuts)
+    if not pieces:
+        raise ValueError(f"{option_name}: every manifest matching {pattern} is empty")
+    size = sum(Path(name).stat().st_size for name in matches)
+    return CutSet(LazyIteratorChain(*(piece.data for piece in pieces))), size
+
+
+def _natural_sort_key(name: str) -> List[Union[int, str]]:
+    """``piece.10`` after ``piece.9``: digit runs compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def build_spec_augment(options: DataOptions) -> SpecAugment:

@@ -80,6 +80,47 @@ def test_several_manifests_are_interleaved_once_each(corpus: Dict[str, Path], tm
         load_cuts_lazy(f"{first},{tmp_path / 'missing.jsonl'}", "valid_cuts")
 
 
+def _write_pieces(corpus: Dict[str, Path], folder: Path, count: int) -> List[List[str]]:
+    """The training cuts split into ``count`` piece manifests ``cuts.<i>.jsonl.gz``; ids per piece."""
+    cuts = CutSet.from_cuts(load_cuts_lazy(corpus["train"]))
+    folder.mkdir()
+    pieces = [cuts.subset(cut_ids=[c.id for c in cuts][i::count]) for i in range(count)]
+    for index, piece in enumerate(pieces):
+        piece.to_file(folder / f"cuts.{index}.jsonl.gz")
+    return [[c.id for c in piece] for piece in pieces]
+
+
+def test_a_glob_pattern_reads_every_piece_once_one_piece_after_another(corpus: Dict[str, Path], tmp_path: Path) -> None:
+    pieces = _write_pieces(corpus, tmp_path / "split", 12)
+    cuts = load_cuts_lazy(str(tmp_path / "split" / "cuts.*.jsonl.gz"), seed=7)
+    order = [cut.id for cut in cuts]
+    assert sorted(order) == sorted(CORPUS)
+    # Whole pieces in a row (never interleaved), in a seeded order that every pass repeats.
+    runs = []
+    for cut_id in order:
+        piece = next(i for i, ids in enumerate(pieces) if cut_id in ids)
+        if not runs or runs[-1] != piece:
+            runs.append(piece)
+    assert sorted(runs) == list(range(12))
+    assert order == [cut.id for cut in cuts]
+    assert order == [cut.id for cut in load_cuts_lazy(str(tmp_path / "split" / "cuts.*.jsonl.gz"), seed=7)]
+    assert runs != list(range(12))  # shuffled, not in file order
+
+
+def test_a_glob_pattern_mixes_with_plain_manifests_and_skips_empty_pieces(corpus: Dict[str, Path], tmp_path: Path) -> None:
+    pieces = _write_pieces(corpus, tmp_path / "split", 3)
+    (tmp_path / "split" / "cuts.3.jsonl.gz").write_bytes(b"")
+    extra = tmp_path / "extra.jsonl.gz"
+    CutSet.from_cuts(load_cuts_lazy(corpus["valid"])).modify_ids(lambda i: f"valid-{i}").to_file(extra)
+    order = [cut.id for cut in load_cuts_lazy(f"{tmp_path}/split/cuts.*.jsonl.gz,{extra}", seed=1)]
+    assert sorted(order) == sorted([i for ids in pieces for i in ids] + ["valid-utt-b", "valid-utt-d", "valid-utt-f"])
+
+
+def test_a_glob_pattern_without_matches_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"train_cuts: no cut manifest matches the pattern .*nothing\.\*\.jsonl\.gz"):
+        load_cuts_lazy(str(tmp_path / "nothing.*.jsonl.gz"), "train_cuts")
+
+
 def test_batches_hold_padded_features_lengths_texts_and_ids(corpus: Dict[str, Path]) -> None:
     loader = build_valid_dataloader(options_for(corpus))
     cuts = {cut.id: cut for cut in load_cuts_lazy(corpus["valid"])}
