@@ -1,0 +1,188 @@
+"""Specification of zipformer.decode: checkpoint choice, search, icefall result files, bad input."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import kaldialign
+import pytest
+import torch
+from lhotse import CutSet, load_manifest
+
+from zipformer.averaging import make_averaged_model, update_averaged_model
+from zipformer.checkpoint import epoch_checkpoint_path, save_checkpoint
+from zipformer.decode import main, parse_test_sets
+from zipformer.model import CTCModel
+from zipformer.run_config import load_run_config
+from zipformer.search import ctc_greedy_search
+from zipformer.tokenizer import load_tokenizer
+
+TEST = {
+    "utt-1": (1.3, "HELLO WORLD"),
+    "utt-2": (1.7, "PRUNED CTC"),
+    "utt-3": (2.1, "A SMALL TEST"),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("decode_corpus")
+    paths = make_cut_corpus(root, train={"t-1": (1.2, "HI")}, valid=TEST)
+    (root / "lang").mkdir()
+    (root / "lang" / "tokens.txt").write_text(paths["tokens"].read_text())
+    empty = root / "empty_cuts.jsonl.gz"
+    CutSet.from_cuts([]).to_file(empty)
+    return {**paths, "lang": root / "lang", "test": paths["valid"], "empty": empty}
+
+
+def run_config(corpus: Dict[str, Path], exp_dir: Path, *overrides: str):
+    config = load_run_config(None, [
+        "model.preset=tiny", "model.vocab_size=29", f"train.exp_dir={exp_dir}",
+        f"train.lang_dir={corpus['lang']}", f"data.train_cuts={corpus['train']}",
+        f"data.valid_cuts={corpus['valid']}", "data.max_duration=3", "train.average_period=2", *overrides,
+    ])
+    return config
+
+
+def write_epochs(corpus: Dict[str, Path], exp_dir: Path, epochs: int = 2, overrides_of_epoch: Dict[int, List[str]] = None) -> None:
+    """epoch-1.pt ... epoch-<epochs>.pt as train.py writes them: random weights that change
+    between epochs, the running average updated every 2 batches, 4 batches an epoch."""
+    torch.manual_seed(0)
+    config = run_config(corpus, exp_dir)
+    model = CTCModel(config.model)
+    model_avg = make_averaged_model(model)
+    for epoch in range(1, epochs + 1):
+        for batch in range(4 * epoch - 3, 4 * epoch + 1):
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.add_(0.01 * torch.randn_like(parameter))
+            update_averaged_model(model_avg, model, batch, 2)
+        saved = config
+        if overrides_of_epoch and epoch in overrides_of_epoch:
+            saved = run_config(corpus, exp_dir, *overrides_of_epoch[epoch])
+        save_checkpoint(epoch_checkpoint_path(exp_dir, epoch), model=model, config=saved.to_dict(),
+                        batch_idx_train=4 * epoch, epoch=epoch, model_avg=model_avg, average_period=2)
+
+
+@pytest.fixture(scope="module")
+def exp_dir(corpus: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    exp_dir = tmp_path_factory.mktemp("exp")
+    write_epochs(corpus, exp_dir)
+    return exp_dir
+
+
+def decode(exp_dir: Path, test_cuts: Path, *extra: str) -> dict:
+    return main(["--exp-dir", str(exp_dir), "--test-cuts", str(test_cuts), "--device", "cpu", *extra])
+
+
+def parse_recogs(path: Path) -> Dict[str, Dict[str, list]]:
+    """cut id -> {"ref": [...], "hyp": [...]} from an icefall recogs- file."""
+    parsed: Dict[str, Dict[str, list]] = {}
+    for line in path.read_text().splitlines():
+        cut_id, _, rest = line.partition(":\t")
+        kind, _, words = rest.partition("=")
+        parsed.setdefault(cut_id, {})[kind] = ast.literal_eval(words)
+    return parsed
+
+
+@pytest.fixture(scope="module")
+def decoded(exp_dir: Path, corpus: Dict[str, Path]) -> dict:
+    rates = decode(exp_dir, corpus["test"], "--epoch", "2", "--avg", "1", "--use-averaged-model", "false",
+                   "--method", "ctc-greedy-search", "ctc-prefix-beam-search", "--compute-cer", "false")
+    return rates
+
+
+def test_writes_icefall_files_for_each_method(decoded: dict, exp_dir: Path) -> None:
+    assert set(decoded) == {"valid"}
+    assert set(decoded["valid"]) == {"ctc-greedy-search", "ctc-prefix-beam-search_beam-4"}
+    for key in decoded["valid"]:
+        for kind in ("recogs", "errs"):
+            assert (exp_dir / f"{kind}-valid-{key}-epoch-2_avg-1.txt").is_file()
+    summary = (exp_dir / "wer-summary-valid-epoch-2_avg-1.txt").read_text().splitlines()
+    assert summary[0] == "settings\tWER"
+    assert {line.split("\t")[0]: float(line.split("\t")[1]) for line in summary[1:]} == decoded["valid"]
+
+
+@pytest.mark.parametrize("key", ["ctc-greedy-search", "ctc-prefix-beam-search_beam-4"])
+def test_recogs_hold_references_and_wer_agrees_with_kaldialign(decoded: dict, exp_dir: Path, corpus, key: str) -> None:
+    recogs = parse_recogs(exp_dir / f"recogs-valid-{key}-epoch-2_avg-1.txt")
+    assert {cut_id: pair["ref"] for cut_id, pair in recogs.items()} == {k: v[1].split() for k, v in TEST.items()}
+    errors = sum(kaldialign.edit_distance(pair["ref"], pair["hyp"])["total"] for pair in recogs.values())
+    words = sum(len(pair["ref"]) for pair in recogs.values())
+    expected = round(100.0 * errors / words, 2)
+    assert decoded["valid"][key] == pytest.approx(expected)
+    errs = (exp_dir / f"errs-valid-{key}-epoch-2_avg-1.txt").read_text()
+    assert re.match(r"%WER = (\S+)", errs).group(1) == f"{expected:.2f}"
+
+
+def test_greedy_hypotheses_are_those_of_the_chosen_checkpoint(decoded: dict, exp_dir: Path, corpus) -> None:
+    checkpoint = torch.load(exp_dir / "epoch-2.pt", map_location="cpu", weights_only=False)
+    config = load_run_config(None, ["model.preset=tiny", "model.vocab_size=29"])
+    model = CTCModel(config.model)
+    model.load_state_dict(checkpoint["model"])
+    model.eval()
+    tokenizer = load_tokenizer(corpus["lang"])
+    expected = {}
+    with torch.no_grad():
+        for cut in load_manifest(corpus["test"]):
+            features = torch.from_numpy(cut.load_features()).unsqueeze(0)
+            log_probs, lengths = model.log_probs(features, torch.tensor([features.size(1)]))
+            expected[cut.id] = tokenizer.decode(ctc_greedy_search(log_probs, lengths)[0]).split()
+    recogs = parse_recogs(exp_dir / "recogs-valid-ctc-greedy-search-epoch-2_avg-1.txt")
+    assert {cut_id: pair["hyp"] for cut_id, pair in recogs.items()} == expected
+
+
+def test_averaged_model_and_cer_from_a_character_table(exp_dir: Path, corpus, capsys) -> None:
+    rates = decode(exp_dir, f"mine={corpus['test']}", "--epoch", "2", "--avg", "1", "--method", "ctc-greedy-search")
+    assert set(rates["mine"]) == {"ctc-greedy-search"}
+    assert (exp_dir / "wer-summary-mine-epoch-2_avg-1_use-averaged-model.txt").is_file()
+    recogs = parse_recogs(exp_dir / "recogs-mine-ctc-greedy-search-epoch-2_avg-1_use-averaged-model.txt")
+    assert recogs["utt-1"]["ref"] == list("HELLOWORLD")  # the letters table scores characters
+    assert "CER" in capsys.readouterr().out
+
+
+def test_checkpoint_of_another_configuration_names_the_field(corpus, tmp_path: Path) -> None:
+    write_epochs(corpus, tmp_path, overrides_of_epoch={1: ["model.cnn_module_kernel=5,5,5"]})
+    with pytest.raises(SystemExit, match=r"model\.cnn_module_kernel.*epoch-1\.pt|epoch-1\.pt.*model\.cnn_module_kernel"):
+        decode(tmp_path, corpus["test"], "--epoch", "2", "--avg", "2", "--use-averaged-model", "false")
+
+
+def test_missing_checkpoint_for_averaging_names_the_file(exp_dir: Path, corpus) -> None:
+    with pytest.raises(SystemExit, match=r"epoch-0\.pt|epoch-3\.pt"):
+        decode(exp_dir, corpus["test"], "--epoch", "3", "--avg", "1")
+    with pytest.raises(SystemExit, match=r"checkpoint-7\.pt"):
+        decode(exp_dir, corpus["test"], "--iter", "7", "--avg", "1")
+
+
+def test_lexicon_of_another_size_names_vocab_size(exp_dir: Path, corpus, tmp_path: Path) -> None:
+    table = "".join(f"{s} {i}\n" for i, s in enumerate(["<blk>", "<sos/eos>", "<unk>", "A", "B"]))
+    (tmp_path / "tokens.txt").write_text(table)
+    with pytest.raises(SystemExit, match=r"model\.vocab_size"):
+        decode(exp_dir, corpus["test"], "--epoch", "2", "--avg", "1", "--lang-dir", str(tmp_path))
+
+
+def test_empty_test_set_gives_a_message(exp_dir: Path, corpus, capsys) -> None:
+    rates = decode(exp_dir, f"nothing={corpus['empty']}", "--epoch", "2", "--avg", "1")
+    assert rates == {}
+    assert "has no cuts" in capsys.readouterr().out
+    assert not list(exp_dir.glob("*-nothing-*"))
+
+
+def test_missing_test_manifest_and_bad_options_are_named(exp_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="cut manifest not found: .*absent.jsonl.gz"):
+        decode(exp_dir, tmp_path / "absent.jsonl.gz", "--epoch", "2", "--avg", "1")
+    with pytest.raises(SystemExit, match="experiment folder not found"):
+        decode(tmp_path / "no-exp", tmp_path / "x.jsonl.gz")
+    with pytest.raises(SystemExit):
+        decode(exp_dir, tmp_path / "x.jsonl.gz", "--beam", "0")
+
+
+def test_test_set_names_come_from_manifest_names(tmp_path: Path) -> None:
+    for name in ("librispeech_cuts_test-clean.jsonl.gz", "other.jsonl"):
+        (tmp_path / name).write_text("")
+    parsed = parse_test_sets(f"{tmp_path}/librispeech_cuts_test-clean.jsonl.gz, dev={tmp_path}/other.jsonl")
+    assert [name for name, _ in parsed] == ["test-clean", "dev"]
