@@ -1,5 +1,6 @@
 """Property-based: random shapes, targets, blanks and chunks against the dense reference."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ def problems(draw):
     return vocab_size, blank_id, frame_counts, targets, chunk_size, beam, seed
 
 
+@pytest.mark.filterwarnings("ignore::pruned_ctc.ExcludedUtteranceWarning")
 @settings(max_examples=40, deadline=None)
 @given(problems())
 def test_random_problems_match_dense_reference(problem):
