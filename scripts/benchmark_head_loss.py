@@ -191,7 +191,9 @@ def machine_description(device: str) -> str:
                     break
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"load average {load} when written")
 
 
 def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path, command: str,
