@@ -170,7 +170,8 @@ def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, comman
         f"the timings, not the memory)",
         f"- Batch: {args.batch_size} utterances of {args.seconds:g} s "
         f"({int(args.seconds * FRAMES_PER_SECOND)} fbank frames each, no padding); "
-        f"training mode; loss = mean of squared outputs; {args.warmup} warm-up and "
+        f"training mode with every schedule at its default (late-training) value; "
+        f"loss = mean of squared outputs; {args.warmup} warm-up and "
         f"{args.iters} timed iterations, median reported.",
         f"- Memory: {memory} over all iterations above the baseline of the built model and "
         f"inputs (activations, gradients, workspace), each preset in a fresh process.",
