@@ -129,6 +129,10 @@ def run_worker(args: argparse.Namespace) -> Dict[str, float]:
     }
 
 
+def load_average() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine_description(device: str) -> str:
     import torch
 
@@ -166,8 +170,8 @@ def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, comman
         f"- Command: `{command}`",
         f"- Machine: {machine_description(args.device)}",
         f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-        f"load average before the runs {load_before} (other work on the machine slows "
-        f"the timings, not the memory)",
+        f"load average before / after the runs {load_before} / {load_average()} (other "
+        f"work on the machine slows the timings, not the memory)",
         f"- Batch: {args.batch_size} utterances of {args.seconds:g} s "
         f"({int(args.seconds * FRAMES_PER_SECOND)} fbank frames each, no padding); "
         f"training mode with every schedule at its default (late-training) value; "
@@ -189,7 +193,7 @@ def main(argv: List[str]) -> None:
     command = " ".join(["python scripts/benchmark_encoder.py", shlex.join(argv)]).strip()
     repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    load_before = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    load_before = load_average()
     rows = []
     for preset in args.presets:
         worker = [sys.executable, __file__, *argv, "--presets", preset, "--worker"]
