@@ -1,4 +1,4 @@
-"""Attention parts of a Zipformer layer (paper Section 3.3, facts 2.1).
+"""Attention parts of a Zipformer layer (Zipformer paper; facts 2.1).
 
 Attention weights are computed once per layer (:class:`RelPositionAttentionWeights`) and
 reused by :class:`NonlinAttention` and two :class:`SelfAttention` modules. Layout is

@@ -1,6 +1,6 @@
 """The Zipformer encoder (Zipformer2): fbank -> (N, ((T - 7) // 2 + 1) // 2, max(encoder_dim)).
 
-Zipformer paper Section 3.1 / Figure 1, facts 2.1: a Conv2dSubsampling front end at
+Zipformer paper (overall structure), facts 2.1: a Conv2dSubsampling front end at
 50 frames/s, then stacks at 50, 25, 12.5, 6.25, 12.5, 25 Hz (downsampling 1, 2, 4, 8, 4, 2
 for the M preset), each stack's channels truncated or zero-padded from the previous one,
 the output assembled from the last stack plus the higher channels of the most recent

@@ -1,4 +1,4 @@
-"""Gradient modifiers of the Zipformer (paper Section 3.5, facts 2.1).
+"""Gradient modifiers of the Zipformer (Zipformer paper; facts 2.1).
 
 Identity in the forward pass; in the backward pass they add a small term to the
 gradient, and only in training:
@@ -54,7 +54,7 @@ class _BalancerFunction(torch.autograd.Function):
 
 
 class Balancer(nn.Module):
-    """Identity forward; backward nudges per-channel statistics into ranges (paper 3.5).
+    """Identity forward; backward nudges per-channel statistics into ranges (facts 2.1).
 
     Constraints: fraction of positive values in [min_positive, max_positive] (turned into
     bounds on mean/stddev via the normal quantile) and RMS in [min_abs, max_abs] x 1.2533
@@ -134,7 +134,7 @@ class _WhitenFunction(torch.autograd.Function):
 
 
 class Whiten(nn.Module):
-    """Identity forward; backward pushes the channel covariance towards white (paper 3.5).
+    """Identity forward; backward pushes the channel covariance towards white (facts 2.1).
 
     When :func:`whitening_metric` exceeds ``whitening_limit``, adds the metric's gradient
     rescaled to ``grad_scale`` times the norm of the incoming gradient. Runs with

@@ -1,7 +1,7 @@
 """One Zipformer layer and its feed-forward, convolution and bypass modules.
 
-Data flow of :class:`ZipformerLayer` follows facts 2.2 (Zipformer paper Section 3.3,
-Figure 2): three feed-forward modules, one set of attention weights shared by a
+Data flow of :class:`ZipformerLayer` follows facts 2.2 (the Zipformer
+paper's block): three feed-forward modules, one set of attention weights shared by a
 non-linear attention and two self-attention modules, two convolution modules, a
 mid-layer bypass, BiasNorm at the end and a learned bypass around the whole layer.
 Layout: x (N, T, C); key_padding_mask (N, T) True at padding.

@@ -1,4 +1,4 @@
-"""ScaledAdam optimizer and Eden learning-rate schedule (Zipformer paper Section 4, facts 3).
+"""ScaledAdam optimizer and Eden learning-rate schedule (Zipformer paper; facts 3).
 
 ScaledAdam is Adam whose steps are relative to each parameter tensor's RMS, plus a
 learned log-scale per tensor, global gradient clipping at ``clipping_scale`` times the

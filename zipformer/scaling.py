@@ -1,4 +1,4 @@
-"""Building blocks of the Zipformer (paper Sections 3.2-3.5, facts 2.1-2.3).
+"""Building blocks of the Zipformer (Zipformer paper, Yao et al. 2024; facts 2.1-2.3).
 
 Everything here is pure PyTorch. Tensors put channels on the last dimension unless a
 ``channel_dim`` argument says otherwise.
@@ -85,7 +85,7 @@ def as_schedule(value: FloatLike) -> nn.Module:
 
 
 # ---------------------------------------------------------------------------------------
-# Swoosh activations (paper eq. 5-6, facts 2.3).
+# Swoosh activations (Zipformer paper; formulas in facts 2.3).
 SWOOSH_SLOPE = 0.08
 SWOOSH_R_OFFSET = 0.313261687  # makes SwooshR(0) = 0
 SWOOSH_L_OFFSET = 0.035
@@ -143,7 +143,7 @@ class SwooshR(nn.Module):
 
 # ---------------------------------------------------------------------------------------
 class BiasNorm(nn.Module):
-    """BiasNorm(x)_c = x_c exp(gamma) / sqrt(mean_j (x_j - b_j)^2)  (paper eq. 4, facts 2.3).
+    """BiasNorm(x)_c = x_c exp(gamma) / sqrt(mean_j (x_j - b_j)^2)  (facts 2.3).
 
     ``b`` is a learned per-channel bias, ``gamma`` a learned scalar log-scale kept in
     [-1.5, 1.5] while training. Shapes: (..., C) -> (..., C) for ``channel_dim=-1``.

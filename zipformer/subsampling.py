@@ -1,6 +1,6 @@
 """Convolutional front end: 80-dim fbank at 100 frames/s -> encoder_dim[0] at ~50 frames/s.
 
-Layer structure from facts 1.2 (Zipformer paper Section 3.1): three Conv2d layers with
+Layer structure from facts 1.2 (Zipformer paper): three Conv2d layers with
 SwooshR, one ConvNeXt block, a linear projection of the flattened channels x frequency
 bins, Whiten, BiasNorm and time-shared dropout. Output length T' = (T - 7) // 2.
 """
