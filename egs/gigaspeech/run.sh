@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# GigaSpeech recipe. Data stages 0-8; training and decoding stages start at 10.
-#   ./run.sh --stage 0 --stop-stage 8 --nj 8
+# GigaSpeech recipe. Data stages 0-8, then 10 training, 11 decoding, 12 the WER table.
+#   ./run.sh --stage 0 --stop-stage 8 --nj 8      # data (the default stage range)
+#   ./run.sh --stage 10 --stop-stage 12           # Zipformer-M, Pruned CTC, 2 GPUs, 60 epochs
+# Hyper-parameters live in conf/train.yaml (override: --train-args "data.max_duration=700").
+# Scoring applies GigaSpeech's official normalization (fillers, tags) to both sides.
 # Stage 6 (features of the training subset, in pieces) can run in several terminals
 # at once over disjoint ranges, and resumes where it stopped:
 #   ./run.sh --stage 6 --stop-stage 6 --start 0 --stop 500
 #   ./run.sh --stage 6 --stop-stage 6 --start 500 --stop 1000
 # Stage 0 needs the password of GigaSpeech's authors in download/password.
 # Everything is written under this folder: download/, data/manifests, data/fbank,
-# data/lang_bpe_<V>. Each stage skips the work it finds finished, so reruns are safe.
+# data/lang_bpe_<V>, exp/. Each stage skips the work it finds finished, so reruns are
+# safe; an interrupted training resumes from its newest checkpoint.
 set -euo pipefail
 # shellcheck source=../../scripts/recipe_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
@@ -15,8 +19,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
 stop_stage=8
 start=0
 stop=-1
+num_gpus=2
+lang_dir=""                    # default: data/lang_bpe_<first of --vocab-sizes>
 parse_options stage stop_stage nj dl_dir subsets train_subset eval_subsets xl_chunk_size \
-  vocab_sizes bpe_model_type gigaspeech_host start stop -- "$@"
+  vocab_sizes bpe_model_type gigaspeech_host start stop lang_dir "${training_options[@]}" -- "$@"
 recipe_setup
 split_dir=$fbank_dir/gigaspeech_${train_subset}_split
 
@@ -84,4 +90,38 @@ if run_stage 8 "BPE models ($bpe_model_type, sizes $vocab_sizes)"; then
   train_bpe_models "$vocab_sizes" "$bpe_model_type" "$fbank_dir/gigaspeech_cuts_${train_subset}_raw.jsonl.gz"
 fi
 
-# Stages 10 and later (training, decoding) are added by the training recipe.
+lang_dir=${lang_dir:-data/lang_bpe_${vocab_sizes%% *}}
+# Finished pieces only: an interrupted piece leaves gigaspeech_cuts_XL.partial.* files.
+train_pieces="$split_dir/gigaspeech_cuts_$train_subset.[0-9]*.jsonl.gz"
+eval_sets=() test_sets=()
+for subset in $eval_subsets; do
+  eval_sets+=("${subset,,}")
+  test_sets+=("${subset,,}=$fbank_dir/gigaspeech_cuts_$subset.jsonl.gz")
+done
+if [ "$stop_stage" -ge 10 ]; then
+  training_settings train.exp_dir="$exp_dir" train.lang_dir="$lang_dir" data.train_cuts="$train_pieces" \
+    data.valid_cuts="$fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz" \
+    data.musan_cuts="$fbank_dir/musan_cuts.jsonl.gz"
+fi
+
+if run_stage 10 "train Zipformer with Pruned CTC ($train_config) into $exp_dir"; then
+  if [ ! -f "$exp_dir/epoch-$num_epochs.pt" ]; then
+    # Every piece needs its features (stage 6), else training would see part of the corpus.
+    missing=0
+    for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
+      [ -f "${raw/_raw./.}" ] || missing=$((missing + 1))
+    done
+    if [ ! -f "$split_dir/.split.done" ] || [ $missing -gt 0 ]; then
+      die "$split_dir: not split, or $missing piece(s) without features: finish stages 5 and 6 first"
+    fi
+  fi
+  train_model
+fi
+
+if run_stage 11 "decode ${eval_sets[*]} ($decoding_methods), GigaSpeech scoring normalization"; then
+  decode_model "${test_sets[@]}" -- --text-normalization gigaspeech
+fi
+
+if run_stage 12 "WER summary"; then
+  print_error_rates WER "${eval_sets[@]}"
+fi

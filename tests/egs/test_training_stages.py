@@ -1,0 +1,359 @@
+"""Stages 10-12 (training, decoding, summary) of the three corpus recipes, end to end on
+their miniature corpora: a tiny model trained for two short epochs through run.sh with
+command-line overrides, decoded, scored and summarized; reruns skip finished work.
+
+Scores are checked against references computed here: WER/CER recomputed with
+kaldialign from the recogs- files, references compared with the corpus transcripts.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import pytest
+
+# A few seconds of CPU per epoch: tiny model, FP32, two batches an epoch.
+TINY = (
+    "model.preset=tiny train.num_epochs=2 train.device=cpu train.precision=fp32 train.tensorboard=false "
+    "train.average_period=1 train.log_interval=1 data.num_workers=0 data.max_duration=60 data.num_buckets=2"
+)
+METHOD_KEYS = ("ctc-prefix-beam-search_beam-4", "ctc-greedy-search")
+SUFFIX = "epoch-2_avg-1_use-averaged-model"
+EXP = "exp/zipformer_pruned_ctc"
+# GigaSpeech's official scoring rules (facts 7), written out here as the reference.
+GIGASPEECH_DROPPED = {
+    "UH", "UHH", "UM", "EH", "MM", "HM", "AH", "HUH", "HA", "ER", "OOF", "HEE", "ACH", "EEE", "EW",
+    "<UNK>", "<COMMA>", "<PERIOD>", "<QUESTIONMARK>", "<EXCLAMATIONPOINT>", "<SIL>", "<NOISE>", "<MUSIC>", "<OTHER>",
+}
+
+LIBRISPEECH_DATA = ("--parts", "train-clean-100 dev-clean test-clean", "--train-parts", "train-clean-100")
+GIGASPEECH_DATA = ("--xl-chunk-size", "2")
+GIGASPEECH_BATCH = " data.max_duration=15"  # its 12 training segments last about 40 s
+TRAINING = ("--stage", "10", "--stop-stage", "12", "--avg", "1", "--train-args")
+
+
+def _prepare(recipe_copy, run_recipe, corpus: str, corpus_dir: Path, corpus_folder: str, musan: Path,
+             data_options: Tuple[str, ...]) -> Path:
+    recipe = recipe_copy(corpus)
+    (recipe / "download" / corpus_folder).symlink_to(corpus_dir)
+    (recipe / "download" / "musan").symlink_to(musan)
+    run_recipe(recipe, *data_options)
+    return recipe
+
+
+@pytest.fixture(scope="module")
+def librispeech(recipe_copy, run_recipe, librispeech_corpus, musan_corpus):
+    """Trained in two runs: the first stops after one batch (as if killed), the second
+    resumes from its checkpoint. Returns the recipe and both runs."""
+    recipe = _prepare(recipe_copy, run_recipe, "librispeech", librispeech_corpus, "LibriSpeech", musan_corpus,
+                      LIBRISPEECH_DATA)
+    stopped = run_recipe(recipe, *LIBRISPEECH_DATA, *TRAINING, TINY + " train.max_batches=1", check=False)
+    finished = run_recipe(recipe, *LIBRISPEECH_DATA, *TRAINING, TINY)
+    return {"recipe": recipe, "stopped": stopped, "finished": finished, "sets": ["test-clean"], "cer": False}
+
+
+@pytest.fixture(scope="module")
+def gigaspeech(recipe_copy, run_recipe, gigaspeech_corpus, musan_corpus):
+    recipe = _prepare(recipe_copy, run_recipe, "gigaspeech", gigaspeech_corpus, "GigaSpeech", musan_corpus,
+                      GIGASPEECH_DATA)
+    finished = run_recipe(recipe, *GIGASPEECH_DATA, *TRAINING, TINY + GIGASPEECH_BATCH)
+    return {"recipe": recipe, "finished": finished, "sets": ["dev", "test"], "cer": False}
+
+
+@pytest.fixture(scope="module")
+def aishell(recipe_copy, run_recipe, aishell_corpus, musan_corpus):
+    recipe = _prepare(recipe_copy, run_recipe, "aishell", aishell_corpus, "aishell", musan_corpus, ())
+    finished = run_recipe(recipe, *TRAINING, TINY)
+    return {"recipe": recipe, "finished": finished, "sets": ["dev", "test"], "cer": True}
+
+
+CORPORA = ("librispeech", "gigaspeech", "aishell")
+
+
+@pytest.fixture(params=CORPORA)
+def trained(request):
+    return {"corpus": request.param, **request.getfixturevalue(request.param)}
+
+
+def _test_manifest(trained: dict, name: str) -> Path:
+    corpus = trained["corpus"]
+    stem = {"librispeech": f"librispeech_cuts_{name}", "gigaspeech": f"gigaspeech_cuts_{name.upper()}",
+            "aishell": f"aishell_cuts_{name}"}[corpus]
+    return trained["recipe"] / "data/fbank" / f"{stem}.jsonl.gz"
+
+
+def _read_recogs(path: Path) -> Dict[str, Tuple[List[str], List[str]]]:
+    """cut id -> (ref, hyp) from an icefall recogs- file."""
+    pairs: Dict[str, Dict[str, List[str]]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cut_id, _, rest = line.partition(":\t")
+        side, _, words = rest.partition("=")
+        pairs.setdefault(cut_id, {})[side] = ast.literal_eval(words)
+    return {cut_id: (sides["ref"], sides["hyp"]) for cut_id, sides in pairs.items()}
+
+
+def _read_summary(path: Path) -> Dict[str, float]:
+    lines = path.read_text().splitlines()
+    assert lines[0] == "settings\tWER"
+    return {key: float(value) for key, value in (line.split("\t") for line in lines[1:])}
+
+
+def _expected_reference(trained: dict, text: str) -> List[str]:
+    if trained["corpus"] == "gigaspeech":
+        return [w for w in text.upper().replace("-", " ").split() if w not in GIGASPEECH_DROPPED]
+    if trained["cer"]:
+        return [c for c in text if not c.isspace()]
+    return text.split()
+
+
+def test_training_writes_every_epoch_checkpoint_with_the_presets_settings_and_the_recipes_paths(trained):
+    import torch
+    import yaml
+
+    exp = trained["recipe"] / EXP
+    preset = yaml.safe_load((trained["recipe"] / "conf/train.yaml").read_text())
+    batches = []
+    for epoch in (1, 2):
+        checkpoint = torch.load(exp / f"epoch-{epoch}.pt", map_location="cpu", weights_only=False)
+        config = checkpoint["config"]
+        assert checkpoint["epoch"] == epoch and set(checkpoint["model"]) == set(checkpoint["model_avg"])
+        batches.append(checkpoint["batch_idx_train"])
+        # Hyper-parameters come from conf/train.yaml unless overridden on the command line.
+        assert config["train"]["base_lr"] == preset["train"]["base_lr"] == 0.045
+        assert config["train"]["lr_epochs"] == preset["train"]["lr_epochs"]
+        assert config["data"]["spec_aug_time_warp_factor"] == preset["data"]["spec_aug_time_warp_factor"]
+        assert config["data"]["min_cut_duration"] == preset["data"]["min_cut_duration"]
+        assert (config["model"]["loss"], config["model"]["beam"], config["model"]["chunk_size"]) == ("pruned", 100.0, 4096)
+        assert config["data"]["max_duration"] == (15.0 if trained["corpus"] == "gigaspeech" else 60.0)
+        assert config["model"]["num_encoder_layers"] != [2, 2, 3, 4, 3, 2]  # tiny, not M
+    assert 0 < batches[0] < batches[1]
+    train_cuts = config["data"]["train_cuts"]
+    expected_train = {
+        "librispeech": "data/fbank/librispeech_cuts_train-clean-100.jsonl.gz",
+        "gigaspeech": "data/fbank/gigaspeech_XL_split/gigaspeech_cuts_XL.[0-9]*.jsonl.gz",
+        "aishell": "data/fbank/aishell_cuts_train.jsonl.gz",
+    }[trained["corpus"]]
+    assert train_cuts == expected_train
+    lang = "data/lang_char" if trained["cer"] else "data/lang_bpe_500"
+    assert config["train"]["lang_dir"] == lang
+    tokens = (trained["recipe"] / lang / "tokens.txt").read_text(encoding="utf-8").splitlines()
+    assert config["model"]["vocab_size"] == len(tokens)
+
+
+def test_gigaspeech_training_reads_every_feature_piece(gigaspeech):
+    from lhotse import load_manifest
+
+    from zipformer.data import load_cuts_lazy
+
+    recipe = gigaspeech["recipe"]
+    pieces = sorted((recipe / "data/fbank/gigaspeech_XL_split").glob("gigaspeech_cuts_XL.*.jsonl.gz"))
+    assert len(pieces) == 2
+    expected = sorted(c.id for p in pieces for c in load_manifest(p))
+    pattern = str(recipe / "data/fbank/gigaspeech_XL_split/gigaspeech_cuts_XL.[0-9]*.jsonl.gz")
+    assert sorted(c.id for c in load_cuts_lazy(pattern)) == expected
+    log = "\n".join(p.read_text() for p in (recipe / EXP / "log").glob("log-train-*"))
+    kept = [int(n) for n in re.findall(r"cut filter: kept (\d+) of", log)]
+    assert kept and all(k == len(expected) for k in kept)
+
+
+def test_scores_in_the_files_are_recomputed_from_the_recogs(trained):
+    import kaldialign
+    from lhotse import load_manifest
+
+    exp = trained["recipe"] / EXP
+    for name in trained["sets"]:
+        summary = _read_summary(exp / f"wer-summary-{name}-{SUFFIX}.txt")
+        assert set(summary) == set(METHOD_KEYS)
+        texts = {c.id: c.supervisions[0].text for c in load_manifest(_test_manifest(trained, name))}
+        for key in METHOD_KEYS:
+            recogs = _read_recogs(exp / f"recogs-{name}-{key}-{SUFFIX}.txt")
+            assert set(recogs) == set(texts)
+            errors = reference_length = 0
+            for cut_id, (ref, hyp) in recogs.items():
+                assert ref == _expected_reference(trained, texts[cut_id])
+                errors += kaldialign.edit_distance(ref, hyp)["total"]
+                reference_length += len(ref)
+            rate = 100.0 * errors / reference_length
+            assert summary[key] == pytest.approx(rate, abs=0.005)
+            errs = (exp / f"errs-{name}-{key}-{SUFFIX}.txt").read_text(encoding="utf-8")
+            assert f"%WER = {rate:.2f}" in errs.splitlines()[0]
+
+
+def test_the_summary_prints_every_test_set_and_method(trained):
+    stdout = trained["finished"].stdout
+    summary = stdout[stdout.index("Stage 12:"):].splitlines()
+    unit = "CER" if trained["cer"] else "WER"
+    assert f"{unit} (%) of {EXP}, {SUFFIX}:" in summary[1]
+    assert summary[2].split() == ["test", "set", *METHOD_KEYS]
+    exp = trained["recipe"] / EXP
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in summary[3:] if line.strip()}
+    assert set(rows) == set(trained["sets"])
+    for name, values in rows.items():
+        expected = _read_summary(exp / f"wer-summary-{name}-{SUFFIX}.txt")
+        assert values == [expected[key] for key in METHOD_KEYS]
+
+
+def test_an_interrupted_training_resumes_from_its_checkpoint(librispeech):
+    stopped, finished = librispeech["stopped"], librispeech["finished"]
+    assert stopped.returncode != 0
+    assert "training stopped before exp/zipformer_pruned_ctc/epoch-2.pt" in stopped.stderr
+    assert "training: resuming from exp/zipformer_pruned_ctc/checkpoint-1.pt (train.start_batch=1)" in finished.stdout
+    assert "resumed from exp/zipformer_pruned_ctc/checkpoint-1.pt: epoch 1, global batch 1" in finished.stdout
+    assert "epoch 1, batch 1 (global 1)" not in finished.stdout  # the first batch is not trained again
+
+
+def test_a_rerun_skips_training_and_decoding_and_changes_nothing(trained, run_recipe, snapshot):
+    recipe = trained["recipe"]
+    options = {"librispeech": LIBRISPEECH_DATA, "gigaspeech": GIGASPEECH_DATA, "aishell": ()}[trained["corpus"]]
+    overrides = TINY + (GIGASPEECH_BATCH if trained["corpus"] == "gigaspeech" else "")
+    before = snapshot(recipe / "exp")
+    began = time.time()
+    result = run_recipe(recipe, *options, *TRAINING, overrides)
+    assert time.time() - began < 30.0
+    assert snapshot(recipe / "exp") == before
+    assert f"training: {EXP}/epoch-2.pt exists, skipping" in result.stdout
+    assert f"decoding: {EXP}/wer-summary-*-{SUFFIX}.txt list every method, skipping" in result.stdout
+    assert _summary_table(result.stdout) == _summary_table(trained["finished"].stdout)
+
+
+def _summary_table(stdout: str) -> List[str]:
+    """The lines of stage 12's table (after its two time-stamped log lines)."""
+    return stdout[stdout.index("Stage 12:"):].splitlines()[2:]
+
+
+# --- How training is launched (a stand-in python records torchrun's command line) ----------
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stand-in for python: reports {gpus} CUDA devices and records launcher command lines.
+case "$*" in
+  *torch.cuda.device_count*) echo {gpus}; exit 0 ;;
+  "-m torch.distributed.run "*|"-m zipformer.train "*) echo "$*" >> "{record}"; exit 0 ;;
+esac
+exec "{real}" "$@"
+"""
+
+
+def _launch(recipe_copy, tmp_path, gpus: int, *options: str):
+    """Stage 10 of a fresh AISHELL recipe copy with the stand-in python first on PATH."""
+    recipe = recipe_copy("aishell")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "launches.txt"
+    fake = bin_dir / "python"
+    fake.write_text(FAKE_PYTHON.format(gpus=gpus, record=record, real=sys.executable))
+    fake.chmod(0o755)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")])
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10", *options],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    launches = record.read_text().splitlines() if record.exists() else []
+    return result, [shlex.split(line) for line in launches]
+
+
+def test_several_gpus_train_through_torchrun_with_one_process_each(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 4, "--num-gpus", "4")
+    assert len(launches) == 1
+    command = launches[0]
+    assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "-m"]
+    assert command[6:9] == ["zipformer.train", "--config", "conf/train.yaml"]
+    assert "training on 4 GPUs" in result.stdout
+
+
+def test_several_nodes_pass_the_rendezvous_options(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 8, "--num-gpus", "8", "--num-nodes", "2",
+                               "--node-rank", "1", "--rdzv-endpoint", "node0:29400")
+    command = launches[0]
+    flags = dict(zip(command[2:14:2], command[3:14:2]))
+    assert flags == {"--nnodes": "2", "--node-rank": "1", "--nproc-per-node": "8", "--rdzv-backend": "c10d",
+                     "--rdzv-endpoint": "node0:29400", "--rdzv-id": "pruned_ctc"}
+
+
+def test_one_gpu_or_none_trains_in_one_process_and_paths_come_before_user_overrides(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 0, "--num-gpus", "2",
+                               "--train-args", "train.base_lr=0.04 data.max_duration=500")
+    command = launches[0]
+    assert command[:2] == ["-m", "zipformer.train"]
+    assert "no CUDA device, one CPU process instead of 2 GPUs" in result.stdout
+    overrides = command[4:]
+    assert overrides[-2:] == ["train.base_lr=0.04", "data.max_duration=500"]
+    assert {o.split("=")[0] for o in overrides[:-2]} == {
+        "train.exp_dir", "train.lang_dir", "data.train_cuts", "data.valid_cuts", "data.musan_cuts"}
+
+
+def test_several_nodes_without_a_rendezvous_endpoint_is_an_error(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 2, "--num-nodes", "2")
+    assert result.returncode != 0 and not launches
+    assert "--num-nodes 2 needs --rdzv-endpoint HOST:PORT" in result.stderr
+
+
+def test_too_few_gpus_is_an_error_naming_the_option(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 1, "--num-gpus", "2")
+    assert result.returncode != 0 and not launches
+    assert "--num-gpus 2 but only 1 CUDA device(s) are visible" in result.stderr
+
+
+def test_a_bad_override_is_an_error_naming_it(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 0, "--train-args", "train.num_epoch=3")
+    assert result.returncode != 0 and not launches
+    assert "unknown train option 'num_epoch'" in result.stderr
+
+
+# --- The presets and defaults are the paper's (Sec. 5.2, App. E.1) -------------------------
+
+PAPER = {  # corpus: (epochs, GPUs, lexicon)
+    "librispeech": (100, 2, "data/lang_bpe_500"),
+    "gigaspeech": (60, 2, "data/lang_bpe_500"),
+    "aishell": (120, 1, "data/lang_char"),
+}
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_presets_hold_the_papers_training_settings(corpus):
+    from zipformer.presets import get_preset
+    from zipformer.run_config import load_run_config
+
+    config = load_run_config(Path(__file__).resolve().parents[2] / "egs" / corpus / "conf/train.yaml")
+    assert config.train.num_epochs == PAPER[corpus][0]
+    assert config.train.base_lr == 0.045
+    assert (config.model.loss, config.model.beam, config.model.chunk_size) == ("pruned", 100.0, 4096)
+    assert config.model.encoder_dim == get_preset("M").encoder_dim == (192, 256, 384, 512, 384, 256)
+    assert config.model.num_encoder_layers == (2, 2, 3, 4, 3, 2)
+    assert config.train.precision in ("fp16", "bf16")
+    assert config.data.enable_spec_aug and config.data.enable_musan == (corpus != "aishell")
+
+
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_run_sh_defaults_are_the_papers_gpus_and_decoding(corpus, recipe_copy):
+    recipe = recipe_copy(corpus)
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    options = dict(re.findall(r"^  --([a-z-]+) '(.*)'$", result.stdout, flags=re.M))
+    assert options["num-gpus"] == str(PAPER[corpus][1])
+    assert options["beam"] == "4" and options["decoding-methods"] == "ctc-prefix-beam-search ctc-greedy-search"
+    assert (options["avg"], options["use-averaged-model"]) == ("15", "true")
+    assert options["train-config"] == "conf/train.yaml"
+
+
+@pytest.mark.slow
+def test_a_resumed_training_ends_with_the_weights_of_an_uninterrupted_one(librispeech, recipe_copy, run_recipe):
+    import torch
+
+    uninterrupted = recipe_copy("librispeech")
+    for folder in ("data", "download"):  # the same prepared data, read only
+        if (uninterrupted / folder).exists():
+            (uninterrupted / folder).rmdir()
+        (uninterrupted / folder).symlink_to(librispeech["recipe"] / folder)
+    run_recipe(uninterrupted, *LIBRISPEECH_DATA, "--stage", "10", "--stop-stage", "10", "--train-args", TINY)
+    resumed = torch.load(librispeech["recipe"] / EXP / "epoch-2.pt", map_location="cpu", weights_only=False)
+    straight = torch.load(uninterrupted / EXP / "epoch-2.pt", map_location="cpu", weights_only=False)
+    assert resumed["batch_idx_train"] == straight["batch_idx_train"]
+    for name, tensor in straight["model"].items():
+        assert torch.equal(resumed["model"][name], tensor), name
