@@ -153,6 +153,12 @@ decoding_methods="ctc-prefix-beam-search ctc-greedy-search"
 beam=4                         # prefix beam search (paper Sec. 5.2)
 decode_args=""                 # extra zipformer.decode options, e.g. "--max-duration 600"
 
+# comma_list ITEM...: the items joined by commas (the manifest lists of zipformer.train/decode).
+comma_list() {
+  local IFS=,
+  echo "$*"
+}
+
 # training_settings PATH_OVERRIDE...: sets train_settings (the recipe's paths, then the
 # user's --train-args) and reads num_epochs and exp_dir of the resulting configuration.
 training_settings() {
@@ -263,7 +269,7 @@ decode_model() {
   # shellcheck disable=SC2086  # methods are words
   python -m zipformer.decode --exp-dir "$exp_dir" --epoch "$epoch" --avg "$avg" \
     --use-averaged-model "$use_averaged_model" --method $decoding_methods --beam "$beam" \
-    --test-cuts "$(IFS=,; echo "${test_sets[*]}")" "${options[@]}" "${extra[@]}"
+    --test-cuts "$(comma_list "${test_sets[@]}")" "${options[@]}" "${extra[@]}"
 }
 
 # print_error_rates UNIT NAME...: the WER/CER of every test set and method, from the

@@ -51,7 +51,7 @@ for part in $train_parts; do train_cuts+=("$fbank_dir/aishell_cuts_$part.jsonl.g
 test_sets=("dev=$fbank_dir/aishell_cuts_dev.jsonl.gz" "test=$fbank_dir/aishell_cuts_test.jsonl.gz")
 if [ "$stop_stage" -ge 10 ]; then
   training_settings train.exp_dir="$exp_dir" train.lang_dir=data/lang_char \
-    data.train_cuts="$(IFS=,; echo "${train_cuts[*]}")" data.valid_cuts="$fbank_dir/aishell_cuts_dev.jsonl.gz" \
+    data.train_cuts="$(comma_list "${train_cuts[@]}")" data.valid_cuts="$fbank_dir/aishell_cuts_dev.jsonl.gz" \
     data.musan_cuts="$fbank_dir/musan_cuts.jsonl.gz"
 fi
 

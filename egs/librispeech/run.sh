@@ -58,7 +58,7 @@ for part in $parts; do
 done
 if [ "$stop_stage" -ge 10 ]; then
   training_settings train.exp_dir="$exp_dir" train.lang_dir="$lang_dir" \
-    data.train_cuts="$(IFS=,; echo "${train_cuts[*]}")" data.valid_cuts="$(IFS=,; echo "${valid_cuts[*]}")" \
+    data.train_cuts="$(comma_list "${train_cuts[@]}")" data.valid_cuts="$(comma_list "${valid_cuts[@]}")" \
     data.musan_cuts="$fbank_dir/musan_cuts.jsonl.gz"
 fi
 
