@@ -357,3 +357,25 @@ def test_a_resumed_training_ends_with_the_weights_of_an_uninterrupted_one(libris
     assert resumed["batch_idx_train"] == straight["batch_idx_train"]
     for name, tensor in straight["model"].items():
         assert torch.equal(resumed["model"][name], tensor), name
+
+
+# --- Stages run out of order say what is missing ---------------------------------------------
+
+def test_gigaspeech_training_refuses_pieces_without_features(recipe_copy, run_recipe):
+    recipe = recipe_copy("gigaspeech")
+    split = recipe / "data/fbank/gigaspeech_XL_split"
+    split.mkdir(parents=True)
+    for name in (".split.done", "gigaspeech_cuts_XL_raw.0.jsonl.gz", "gigaspeech_cuts_XL_raw.1.jsonl.gz",
+                 "gigaspeech_cuts_XL.0.jsonl.gz"):
+        (split / name).write_text("")
+    result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
+    assert result.returncode != 0
+    assert "data/fbank/gigaspeech_XL_split: not split, or 1 piece(s) without features: finish stages 5 and 6" in result.stderr
+
+
+def test_the_summary_before_decoding_names_the_missing_file(recipe_copy, run_recipe):
+    recipe = recipe_copy("aishell")
+    result = run_recipe(recipe, "--stage", "12", "--stop-stage", "12", check=False)
+    assert result.returncode != 0
+    assert (f"no results for dev: {EXP}/wer-summary-dev-epoch-120_avg-15_use-averaged-model.txt is missing "
+            "(run stage 11)") in result.stderr
