@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # Shell helpers shared by the recipes (egs/<corpus>/run.sh): logging, option parsing,
-# stage selection, and the data stages that several recipes run the same way.
+# stage selection, the data stages that several recipes run the same way, and the
+# training/decoding stages (10-12) of the corpus recipes.
 # Source it first thing in run.sh; it needs bash and the project's python on PATH.
 # Sourcing sets recipe_dir (the folder of run.sh), makes this checkout importable,
-# sets the defaults every recipe shares (stage, nj, dl_dir) and reads conf/data.sh.
+# sets the defaults every recipe shares (stage, nj, dl_dir, training_options) and
+# reads conf/data.sh.
 
 # log MESSAGE...: a time-stamped line naming the recipe script and line that led here.
 log() {
