@@ -23,6 +23,7 @@ Passes (all FP64, vectorized over utterances and states, one frame at a time):
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -184,6 +185,22 @@ def _incoming(previous: torch.Tensor) -> torch.Tensor:
     return torch.stack((previous[..., 2:], previous[..., 1:-1], previous[..., :-2]), dim=-1)
 
 
+@contextlib.contextmanager
+def _one_cpu_thread(device: torch.device):
+    """The DP's tensors are small: on CPU, intra-op threads only add barriers, and when
+    another process holds a core each barrier waits for a descheduled thread (measured
+    10-15x slower with 2 threads than with 1 on a loaded 2-core machine)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def forward_pass(semiring: Semiring, emissions: torch.Tensor,
                  arc_mask_at: Callable[[int], torch.Tensor],
                  out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,6 +290,13 @@ def align(
     force_log_domain: bool = False,
 ) -> AlignmentResult:
     """Per-utterance retained losses and (optionally) occupancies from S (M, K)."""
+    with _one_cpu_thread(selected_log_probs.device):
+        return _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
+                      target_lengths, alignable, beam, need_occupancy, force_log_domain)
+
+
+def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
+           target_lengths, alignable, beam, need_occupancy, force_log_domain):
     num_utterances = frame_counts.numel()
     original = slice(0, num_utterances)
     reversal = slice(num_utterances, 2 * num_utterances)
