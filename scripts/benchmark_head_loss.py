@@ -232,7 +232,15 @@ def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path, comma
                 f"{pruned['activation_mb']:.0f} | {unpruned['activation_mb']:.0f} | "
                 f"{standard['activation_mb'] / max(pruned['activation_mb'], 1e-9):.1f} |")
         lines += ["", "Activation = peak extra memory minus the (V, D) weight gradient and the "
-                  "bias gradient, which every method produces. Full columns in the CSV."]
+                  "bias gradient, which every method produces. Full columns in the CSV.", "",
+                  "Standard CTC's peak extra memory (gradient included) against the paper's "
+                  "memory model, 4MV + 640M FP32 values (App. D.2):", "",
+                  "| M | V | measured (MB) | model (MB) | measured / model |", "|---|---|---|---|---|"]
+        for r in sorted((r for r in rows if r["method"] == "standard"),
+                        key=lambda r: (r["frames"], r["vocab_size"])):
+            model_mb = (4 * r["frames"] * r["vocab_size"] + 640 * r["frames"]) * 4 / 2 ** 20
+            lines.append(f"| {r['frames']} | {r['vocab_size']} | {r['peak_extra_mb']:.0f} | "
+                         f"{model_mb:.0f} | {r['peak_extra_mb'] / model_mb:.3f} |")
     if dp_rows:
         lines += ["", "## Alignment DP alone vs torch's native CTC (same reduced (M, K) input)",
                   "", "| M | K | torch CTC (s) | ours, beam 100 (s) | ours, exact (s) | "
