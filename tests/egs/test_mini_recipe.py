@@ -1,0 +1,89 @@
+"""egs/mini/run.sh end to end: synthesis -> manifests -> fbank -> BPE -> training -> decoding.
+
+The quick mode (a smaller corpus and model, a few minutes on 2 idle cores) runs in the
+default suite and must learn: the validation loss falls from about ln(V) to well under
+half of it, and the WER on sentences never seen in training falls below 100% (an
+untrained model scores 100%). The full default run is marked slow.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+QUICK_EXP = "exp/quick_pruned_ctc"
+
+
+def wer_summary(path: Path) -> Dict[str, float]:
+    lines = path.read_text().splitlines()
+    assert lines[0] == "settings\tWER"
+    return {key: float(rate) for key, rate in (line.split("\t") for line in lines[1:])}
+
+
+def texts(manifest: Path) -> set:
+    with gzip.open(manifest, "rt") as lines:
+        return {json.loads(line)["text"] for line in lines}
+
+
+@pytest.fixture(scope="module")
+def quick_run(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    result = run_recipe(recipe, "--quick", "1")
+    return recipe, result
+
+
+def test_quick_run_learns(quick_run) -> None:
+    recipe, result = quick_run
+    summary = wer_summary(next((recipe / QUICK_EXP).glob("wer-summary-test-clean-*.txt")))
+    assert set(summary) == {"ctc-greedy-search", "ctc-prefix-beam-search_beam-4"}
+    # Measured: 82-84% after the quick run's 600 steps (RESULTS.md); 100% untrained.
+    assert all(rate < 92.0 for rate in summary.values()), summary
+    log = "".join(path.read_text() for path in (recipe / QUICK_EXP / "log").glob("log-train-*"))
+    valid_losses = [float(value) for value in re.findall(r"validation loss ([0-9.]+) per frame", log)]
+    assert valid_losses and valid_losses[-1] < 1.5, valid_losses  # ln(64) = 4.2 at the start
+    assert "WER on test-clean" in result.stdout
+
+
+def test_test_sentences_never_occur_in_training(quick_run) -> None:
+    recipe, _ = quick_run
+    manifests = recipe / "data" / "quick" / "manifests"
+    train = texts(manifests / "librispeech_supervisions_train-clean-100.jsonl.gz")
+    test = texts(manifests / "librispeech_supervisions_test-clean.jsonl.gz")
+    assert len(test) > 0 and len(train) > 10 * len(test)
+    assert not train & test
+
+
+def test_rerun_skips_every_finished_stage(quick_run, run_recipe) -> None:
+    recipe, _ = quick_run
+    result = run_recipe(recipe, "--quick", "1")
+    for stage in range(6):
+        assert f"Stage {stage}:" in result.stdout
+    skipped = re.findall(r"exists, skipping|already, skipping", result.stdout)
+    assert len(skipped) >= 6, result.stdout
+    assert "resuming" not in result.stdout and "number of model parameters" not in result.stdout
+
+
+def test_bad_options_are_named(recipe_copy, run_recipe) -> None:
+    recipe = recipe_copy("mini")
+    for option, value in (("--ctc-loss", "dense"), ("--quick", "2"), ("--num-train", "many")):
+        result = run_recipe(recipe, option, value, check=False)
+        assert result.returncode != 0
+        assert option in result.stderr and value in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+def test_default_run_learns(recipe_copy) -> None:
+    # Measured 68.3-68.5% (RESULTS.md); the goal of <= 20% is not reached yet.
+    recipe = recipe_copy("mini")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run(["bash", str(recipe / "run.sh")], cwd=recipe, env=env, check=True, timeout=3600)
+    summary = wer_summary(next((recipe / "exp" / "full_pruned_ctc").glob("wer-summary-test-clean-*.txt")))
+    assert all(rate < 75.0 for rate in summary.values()), summary
