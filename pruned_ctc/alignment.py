@@ -223,8 +223,7 @@ def forward_pass(semiring: Semiring, emissions: torch.Tensor,
     scales = emissions.new_ones(max_frames, num_utterances)
     for t in range(max_frames):
         candidates = _incoming(history[t]).masked_fill_(arc_mask_at(t), semiring.zero)
-        scores = semiring.times(semiring.plus(candidates), emissions[t])
-        semiring.rescale(scores, out=history[t + 1, :, 2:], scales=scales[t])
+        semiring.step(candidates, emissions[t], out=history[t + 1, :, 2:], scales=scales[t])
     return history, semiring.log_of_scales(scales)
 
 
@@ -264,8 +263,8 @@ def _kept_arcs(best_forward: torch.Tensor, best_after: torch.Tensor,
 @dataclass
 class AlignmentResult:
     """losses: (N,) float64, minus the retained total log-likelihood (0 where excluded).
-    occupancy: (M, K) float64 or None, posterior occupancy of each selected class at each
-        frame over the retained alignments (0 on excluded utterances).
+    occupancy: (M, K) in S's dtype or None, posterior occupancy of each selected class at
+        each frame over the retained alignments (0 on excluded utterances).
     excluded: (N,) bool. empty_lattice, nonfinite: (N,) bool, why (among alignable ones).
     used_log_domain: whether the sums were computed in the log domain (underflow fallback).
     """
@@ -364,10 +363,11 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
         state_occupancy = state_occupancy.masked_fill(
             excluded.view(-1, 1, 1) | torch.isnan(state_occupancy), 0.0)
         valid = valid_frames.t()
-        per_frame = state_occupancy[valid]  # (M, L), rows in frame order
+        # (M, L), rows in frame order, in S's dtype: the gradient dL/dS is formed in it.
+        per_frame = state_occupancy[valid].to(selected_log_probs.dtype)
         labels = lattice.labels[original].unsqueeze(1).expand(-1, valid.shape[1], -1)[valid]
         occupancy = torch.zeros(per_frame.shape[0], selected_log_probs.shape[1],
-                                dtype=torch.float64, device=selected_log_probs.device)
+                                dtype=per_frame.dtype, device=selected_log_probs.device)
         occupancy.scatter_add_(1, labels, per_frame)
     return AlignmentResult(losses, occupancy, excluded, empty_lattice, nonfinite,
                            used_log_domain=semiring is LOG_SUM)

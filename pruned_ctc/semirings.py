@@ -26,17 +26,17 @@ class Semiring:
         """Combines any number of alternatives along the last axis."""
         raise NotImplementedError
 
-    def times(self, scores: torch.Tensor, emissions: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
     def from_log_emissions(self, log_emissions: torch.Tensor):
         """(T, N, L) log emissions -> (emissions in this domain, per-frame log shift (T, N)
         or None)."""
         return log_emissions, None
 
-    def rescale(self, scores: torch.Tensor, out: torch.Tensor, scales: torch.Tensor) -> None:
-        """Writes the scores of one frame (N, L) to ``out``, divided by ``scales`` (N,)."""
-        out.copy_(scores)
+    def step(self, candidates: torch.Tensor, emissions: torch.Tensor, out: torch.Tensor,
+             scales: torch.Tensor) -> None:
+        """One frame of the forward recursion: combines the arc candidates (N, L, 3),
+        multiplies by the frame's emissions (N, L) and writes the result to ``out``,
+        divided by per-utterance factors that it writes to ``scales`` (N,), if any."""
+        torch.add(self.plus(candidates), emissions, out=out)
 
     def log_of_scales(self, scales: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(scales)
@@ -56,9 +56,6 @@ class LogMax(Semiring):
 
     def plus_all(self, values):
         return values.amax(dim=-1)
-
-    def times(self, scores, emissions):
-        return scores + emissions
 
 
 class LogSum(LogMax):
@@ -81,19 +78,17 @@ class ScaledSum(Semiring):
         # Explicit adds: a reduction over a last axis of 3 is several times slower on CPU.
         return candidates[..., 0] + candidates[..., 1] + candidates[..., 2]
 
-    def times(self, scores, emissions):
-        return scores * emissions
-
     def from_log_emissions(self, log_emissions):
         shift = log_emissions.amax(dim=2)
         shift = torch.where(torch.isneginf(shift), torch.zeros_like(shift), shift)
         return torch.exp(log_emissions - shift.unsqueeze(2)), shift
 
-    def rescale(self, scores, out, scales):
-        largest = scores.amax(dim=1)
-        largest = torch.where(largest > 0, largest, torch.ones_like(largest))
-        torch.div(scores, largest.unsqueeze(1), out=out)
-        scales.copy_(largest)
+    def step(self, candidates, emissions, out, scales):
+        scores = self.plus(candidates).mul_(emissions)
+        # A frame with no live state (max 0) is divided by `tiny`: it stays 0, and the
+        # utterance's total becomes log 0 = -inf as it should.
+        torch.amax(scores, dim=1, out=scales).clamp_(min=self.tiny)
+        torch.div(scores, scales.unsqueeze(1), out=out)
 
     def log_of_scales(self, scales):
         return torch.log(scales)

@@ -61,12 +61,20 @@ class TrainOptions:
     device: str = "auto"  # auto, cpu, cuda
     tensorboard: bool = True
     max_batches: int = 0  # stop after this many global batches (0: no limit)
+    # The model's schedules (dropout, layer skipping, balancers: ScheduledFloat) advance
+    # with batch_idx * max_duration * world_size / schedule_ref_duration, icefall's
+    # duration-adjusted batch count (facts 2.1, reference 600 s). Recipes with small
+    # batches may lower it so that the schedules finish within a short run.
+    schedule_ref_duration: float = 600.0
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"train.precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.start_epoch < 1:
             raise ValueError(f"train.start_epoch must be >= 1, got {self.start_epoch}")
+        if not self.schedule_ref_duration > 0:
+            raise ValueError(f"train.schedule_ref_duration must be > 0 seconds, got "
+                             f"{self.schedule_ref_duration}")
         for name in ("num_epochs", "average_period", "log_interval", "valid_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")

@@ -180,6 +180,12 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
     return False
 
 
+def adjusted_batch_count(run: Run, batch_idx_train: int) -> float:
+    """icefall's duration-adjusted batch count that drives the model's schedules."""
+    seconds_per_step = run.config.data.max_duration * run.dist.world_size
+    return batch_idx_train * seconds_per_step / run.config.train.schedule_ref_duration
+
+
 def training_step(run: Run, batch: dict, batch_idx_train: int) -> tuple:
     """Forward, backward and optimizer step on one batch.
 
@@ -190,7 +196,7 @@ def training_step(run: Run, batch: dict, batch_idx_train: int) -> tuple:
     features = batch["features"].to(device)
     feature_lens = batch["feature_lens"].to(device)
     targets = run.tokenizer.encode(batch["texts"])
-    run.model.set_batch_count(batch_idx_train)
+    run.model.set_batch_count(adjusted_batch_count(run, batch_idx_train))
     with autocast_context(run.config.train.precision, device):
         loss, stats = run.trained_model(features, feature_lens, targets, return_stats=True)
     run.scaler.scale(loss).backward()

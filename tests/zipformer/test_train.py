@@ -127,3 +127,19 @@ def test_torchrun_with_two_cpu_ranks(corpus: Dict[str, Path], tmp_path: Path) ->
     subprocess.run(command, check=True, timeout=300, env=env, capture_output=True)
     assert (tmp_path / "epoch-1.pt").is_file()
     assert len(load(tmp_path / "epoch-1.pt")["rng_per_rank"]) == 2
+
+
+def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
+    """facts 2.1: batch_idx * max_duration * world_size / 600 (reference seconds)."""
+    from types import SimpleNamespace
+
+    from zipformer.train import adjusted_batch_count
+
+    config = load_run_config(None, ["data.max_duration=1400"])
+    run = SimpleNamespace(config=config, dist=SimpleNamespace(world_size=2))
+    assert adjusted_batch_count(run, 300) == 300 * 1400 * 2 / 600
+    config = load_run_config(None, ["data.max_duration=40", "train.schedule_ref_duration=40"])
+    run = SimpleNamespace(config=config, dist=SimpleNamespace(world_size=1))
+    assert adjusted_batch_count(run, 1053) == 1053
+    with pytest.raises(ValueError, match="schedule_ref_duration must be > 0 seconds, got 0"):
+        load_run_config(None, ["train.schedule_ref_duration=0"])
