@@ -19,8 +19,6 @@ Example (the committed CPU grid):
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import os
 import sys
 import time
@@ -29,7 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_head_loss import machine_description, make_batch  # noqa: E402
+from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
+from benchmark_head_loss import make_batch  # noqa: E402
 
 from pruned_ctc.alignment import align  # noqa: E402
 from pruned_ctc.inputs import prepare_batch  # noqa: E402
@@ -102,19 +101,9 @@ def write_outputs(rows, required, beams, args) -> None:
     output = args.output_dir
     output.mkdir(parents=True, exist_ok=True)
     for name, table in (("discarded_mass", rows), ("required_beam", required)):
-        temporary = output / f".{name}.csv.tmp"
-        with open(temporary, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
-        os.replace(temporary, output / f"{name}_{args.device}.csv")
-
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
-    lines = [f"# Alignment-beam sweep ({args.device})", "",
-             f"Command: `{command}`", "",
-             f"Machine: {machine_description(args.device)}; torch {torch.__version__}; "
-             f"date {stamp}", "",
+        write_csv(table, output / f"{name}_{args.device}.csv")
+    lines = [f"# Alignment-beam sweep ({args.device})", ""] + provenance_lines(args.device) + [
+             "",
              f"Required beam = smallest tested beam with max_n delta_n <= {CRITERION:g}; "
              "min / median / max over seeds.", "",
              "| M | V | required beam (min / median / max) |", "|---|---|---|"]
@@ -134,9 +123,7 @@ def write_outputs(rows, required, beams, args) -> None:
         above = sum(r["above_criterion"] for r in selected)
         total = sum(r["utterances"] for r in selected)
         lines.append(f"| {beam:g} | {largest:.2e} | {above} / {total} |")
-    temporary = output / ".results.md.tmp"
-    temporary.write_text("\n".join(lines) + "\n")
-    os.replace(temporary, output / f"results_{args.device}.md")
+    write_text("\n".join(lines) + "\n", output / f"results_{args.device}.md")
     plot(rows, beams, output / f"beam_sweep_{args.device}.png")
 
 

@@ -25,11 +25,8 @@ Example (CPU grid of the committed results):
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +35,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
 
 METHODS = ("standard", "unpruned", "pruned")
 FRAMES_PER_UTTERANCE = 100
@@ -179,40 +179,14 @@ def run_dp(num_frames: int, vocab_size: int, device: str, runs: int) -> dict:
                 ratio_beam100=beam_s / native_s, ratio_exact=exact_s / native_s)
 
 
-def machine_description(device: str) -> str:
-    if device == "cuda":
-        return torch.cuda.get_device_name(0)
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{model}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
-            f"load average {load} when written")
-
-
-def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path, command: str,
+def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path,
                   device: str) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    header = (f"Command: `{command}`\n\nMachine: {machine_description(device)}; "
-              f"torch {torch.__version__}; date {stamp}\n")
     for name, table in (("head_loss", rows), ("dp", dp_rows)):
-        if not table:
-            continue
-        temporary = output_dir / f".{name}_{device}.csv.tmp"
-        with open(temporary, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(table[0]))
-            writer.writeheader()
-            writer.writerows(table)
-        os.replace(temporary, output_dir / f"{name}_{device}.csv")
+        if table:
+            write_csv(table, output_dir / f"{name}_{device}.csv")
 
-    lines = [f"# Head + CTC loss, forward + backward ({device})", "", header]
+    lines = [f"# Head + CTC loss, forward + backward ({device})", ""] + provenance_lines(device) + [""]
     if rows:
         by_key = {(r["frames"], r["vocab_size"], r["method"]): r for r in rows}
         lines += ["| M | V | K | standard time (s) | pruned time (s) | unpruned time (s) | "
@@ -249,9 +223,7 @@ def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path, comma
             lines.append(f"| {r['frames']} | {r['selected_classes']} | {r['torch_ctc_s']:.4f} | "
                          f"{r['dp_beam100_s']:.4f} | {r['dp_exact_s']:.4f} | "
                          f"{r['ratio_beam100']:.2f} | {r['ratio_exact']:.2f} |")
-    temporary = output_dir / f".README_{device}.md.tmp"
-    temporary.write_text("\n".join(lines) + "\n")
-    os.replace(temporary, output_dir / f"results_{device}.md")
+    write_text("\n".join(lines) + "\n", output_dir / f"results_{device}.md")
     if rows:
         plot(rows, output_dir / f"head_loss_{device}.png", device)
 
@@ -323,7 +295,6 @@ def main() -> None:
         print("RESULT " + json.dumps(result))
         return
 
-    command = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
     configurations = [(m, v, f) for f in args.frames for v in args.vocab_sizes
                       for m in args.methods]
     rows = []
@@ -355,7 +326,7 @@ def main() -> None:
         for frames in args.frames:
             dp_rows.append(run_dp(frames, 20000, args.device, max(args.runs, 5)))
             print(f"DP M={frames}: " + json.dumps(dp_rows[-1]), flush=True)
-    write_outputs(rows, dp_rows, args.output_dir, command, args.device)
+    write_outputs(rows, dp_rows, args.output_dir, args.device)
     print(f"wrote {args.output_dir}/results_{args.device}.md")
 
 

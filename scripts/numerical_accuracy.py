@@ -23,10 +23,7 @@ norm of the difference over the reference's norm.
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import itertools
-import os
 import sys
 import time
 from pathlib import Path
@@ -35,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_head_loss import machine_description, make_batch  # noqa: E402
+from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
+from benchmark_head_loss import make_batch  # noqa: E402
 
 from pruned_ctc.alignment import align  # noqa: E402
 from pruned_ctc.inputs import prepare_batch  # noqa: E402
@@ -161,15 +159,6 @@ def accuracy_grid(args) -> list[dict]:
     return rows
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
-    temporary = path.with_name("." + path.name + ".tmp")
-    with open(temporary, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(temporary, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,11 +179,7 @@ def main() -> None:
     write_csv(precision_rows, args.output_dir / "precision_table.csv")
     write_csv(grid_rows, args.output_dir / "accuracy_grid.csv")
 
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
-    lines = ["# Numerical accuracy against a dense FP64 reference", "",
-             f"Command: `{command}`", "",
-             f"Machine: {machine_description('cpu')}; torch {torch.__version__}; date {stamp}",
+    lines = ["# Numerical accuracy against a dense FP64 reference", ""] + provenance_lines("cpu") + [
              "", f"## Precision choices (Table 6), V = {args.precision_vocab}, "
              f"M = {args.precision_frames}, seeds {args.seeds}", "",
              "Gradient error of the selected classes relative to the first row's, "
@@ -222,9 +207,7 @@ def main() -> None:
                 f"{max(float(r['loss_error']) for r in chosen):.2e} | "
                 f"{max(float(r['input_grad_error']) for r in chosen):.2e} | "
                 f"{max(float(r['selected_weight_grad_error']) for r in chosen):.2e} |")
-    temporary = args.output_dir / ".results.md.tmp"
-    temporary.write_text("\n".join(lines) + "\n")
-    os.replace(temporary, args.output_dir / "results.md")
+    write_text("\n".join(lines) + "\n", args.output_dir / "results.md")
     print(f"wrote {args.output_dir}/results.md")
 
 
