@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
+from bench_io import (add_grid_arguments, provenance_lines, write_csv,  # noqa: E402
+                      write_text)
 from benchmark_head_loss import make_batch  # noqa: E402
 
 from pruned_ctc.alignment import align  # noqa: E402
@@ -60,10 +61,7 @@ def discarded_mass(vocab_size: int, num_frames: int, seed: int, beams: list[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab-sizes", type=int, nargs="+",
-                        default=[500, 2000, 10000, 50000, 100000])
-    parser.add_argument("--frames", type=int, nargs="+", default=[2000, 4000])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    add_grid_arguments(parser)
     parser.add_argument("--beams", type=float, nargs="+",
                         default=[float(b) for b in range(10, 151, 10)])
     parser.add_argument("--dim", type=int, default=512)

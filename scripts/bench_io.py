@@ -52,3 +52,11 @@ def provenance_lines(device: str) -> list[str]:
     command = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
     return [f"Command: `{command}`", "",
             f"Machine: {machine_description(device)}; torch {torch.__version__}; date {stamp}"]
+
+
+def add_grid_arguments(parser) -> None:
+    """The CPU grid shared by the analyses: vocabularies, frames per batch, seeds."""
+    parser.add_argument("--vocab-sizes", type=int, nargs="+",
+                        default=[500, 2000, 10000, 50000, 100000])
+    parser.add_argument("--frames", type=int, nargs="+", default=[2000, 4000])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
+from bench_io import (add_grid_arguments, provenance_lines, write_csv,  # noqa: E402
+                      write_text)
 from benchmark_head_loss import make_batch  # noqa: E402
 
 from pruned_ctc.alignment import align  # noqa: E402
@@ -162,10 +163,7 @@ def accuracy_grid(args) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab-sizes", type=int, nargs="+",
-                        default=[500, 2000, 10000, 50000, 100000])
-    parser.add_argument("--frames", type=int, nargs="+", default=[2000, 4000])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    add_grid_arguments(parser)
     parser.add_argument("--precision-vocab", type=int, default=500)
     parser.add_argument("--precision-frames", type=int, default=4000)
     parser.add_argument("--dim", type=int, default=512)
