@@ -20,7 +20,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -87,9 +87,15 @@ class Run:
     scheduler: Eden
     scaler: torch.amp.GradScaler
     report: ProgressReport
+    after_step: Optional["StepHook"] = None
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+# Called as hook(run, batch, state) after every optimizer step: lets a caller (the DDP
+# tests) observe each rank's batches and weights without changing the loop.
+StepHook = Callable[[Run, dict, TrainingState], None]
+
+
+def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = None) -> None:
     args = parse_args(argv)
     config = load_run_config(args.config, args.overrides)
     options = config.train
@@ -128,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         device_ids = [dist.local_rank] if dist.device.type == "cuda" else None
         trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
     run = Run(config, dist, tokenizer, train_data, valid_loader, model, trained_model, model_avg,
-              optimizer, scheduler, scaler, ProgressReport(options.log_interval, writer))
+              optimizer, scheduler, scaler, ProgressReport(options.log_interval, writer), after_step)
     state = resume(run)
 
     # The loop.
@@ -166,6 +172,8 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
         run.report.add(loss_sum, frames, audio_seconds, len(batch["texts"]), excluded)
         if run.model_avg is not None:
             update_averaged_model(run.model_avg, run.model, state.batch_idx_train, options.average_period)
+        if run.after_step is not None:
+            run.after_step(run, batch, state)
         run.report.maybe_report(
             epoch=state.epoch, batch_in_epoch=state.batch_in_epoch, batch_idx_train=state.batch_idx_train,
             lr=run.scheduler.get_last_lr()[0], grad_scale=run.scaler.get_scale() if run.scaler.is_enabled() else 1.0,

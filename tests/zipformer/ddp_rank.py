@@ -1,0 +1,35 @@
+"""One rank of the DDP test (tests/zipformer/test_ddp.py), started with torchrun's
+environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+
+    python tests/zipformer/ddp_rank.py <record.pt> <section.field=value> ...
+
+Trains with :func:`zipformer.train.main` and saves, for every optimizer step, the epoch,
+the global batch index, the cut ids of the batch this rank trained on and a copy of
+every model parameter.
+"""
+
+import sys
+from typing import Any, Dict, List
+
+import torch
+
+from zipformer.train import Run, TrainingState, main
+
+
+def record_steps(record_path: str, overrides: List[str]) -> None:
+    steps: List[Dict[str, Any]] = []
+
+    def record(run: Run, batch: dict, state: TrainingState) -> None:
+        steps.append({
+            "epoch": state.epoch,
+            "batch_idx_train": state.batch_idx_train,
+            "cut_ids": list(batch["cut_ids"]),
+            "parameters": {name: p.detach().clone() for name, p in run.model.named_parameters()},
+        })
+
+    main(overrides, after_step=record)
+    torch.save(steps, record_path)
+
+
+if __name__ == "__main__":
+    record_steps(sys.argv[1], sys.argv[2:])
