@@ -17,18 +17,18 @@ probabilities; the ``beam`` best prefixes survive. Ranking score = log P(prefix)
 that lengthens the output and a negative one shortens it (the paper's LLM-CTC runs
 use 0.3 and 0.7).
 
-The search runs on the whole batch and beam at once: each frame is a fixed number of
-tensor operations on (N, beam) and (N, beam, K) tensors, with no Python loop over
-utterances or hypotheses. A frame costs about 50 small tensor operations whatever the
-batch size, so decoding many utterances at once is what makes it fast (measured on a
-shared 2-core machine: about 0.15 ms of CPU per frame for 1 or 16 utterances, 0.3 ms
-for 64; see benchmarks/decoding). Equal prefixes are found without comparing token
-sequences: each slot carries a 64-bit polynomial hash of its prefix and of its parent
-prefix (the prefix minus its last token), so "h + c is already in the beam" and "the
-parent of g is in the beam" are tensor comparisons. (Two different prefixes would
-have to collide modulo 2**64 while sharing one utterance's beam in the same frame for
-this to go wrong.) Token sequences are recovered at the end from per-frame
-back-pointers.
+The search is compiled with numba (``_search_utterance``): a frame of one utterance
+is one pass over its V log-probabilities (to find the most probable tokens) plus
+about beam * (beam + 1) scalar candidates, so the cost no longer has the fixed
+per-frame overhead of launching tensor operations that a vectorized search pays
+(measured in benchmarks/decoding: decoding one utterance at a time is about as fast
+per frame as decoding 64 at once). The log-probabilities are read on the CPU in their
+own precision (float32 or float64; other dtypes are converted to float32) and all
+scores are accumulated in float64. Equal prefixes are found without comparing token
+sequences: each hypothesis carries a 64-bit polynomial hash of its prefix and of its
+parent prefix (the prefix minus its last token). (Two different prefixes would have
+to collide modulo 2**64 while sharing one utterance's beam in the same frame for this
+to go wrong.) Token sequences are recovered at the end from per-frame back-pointers.
 
 What is pruned per frame, and why it does not change the result: an extension
 h + c (token c appended to hypothesis h) is computed only for the K = beam + 1 most
@@ -45,9 +45,12 @@ in the beam its merged score is larger still). Hence the pruned search returns t
 same beam as one that expands every vocabulary token, up to the order of exactly
 tied scores. This is also why the result equals the exact maximum of P(labels)
 (brute-force sum over alignments) when ``beam`` exceeds the number of distinct
-prefixes. (A search that only expands the top tokens of a frame *including* blank
-and the repeated token, as icefall's does, drops the blank and repeat paths whenever
-they fall outside that top; here they are always kept.)
+prefixes. No other pruning is applied: no log-probability cutoff on tokens, no
+pruning of hypotheses by score distance and no skipping of blank frames (unlike
+pyctcdecode's defaults, ``token_min_logp=-5`` and ``beam_prune_logp=-10``), so
+speed costs no accuracy. (A search that only expands the top tokens of a frame
+*including* blank and the repeated token, as icefall's does, drops the blank and
+repeat paths whenever they fall outside that top; here they are always kept.)
 """
 
 from __future__ import annotations
@@ -55,20 +58,16 @@ from __future__ import annotations
 import math
 from typing import List, NamedTuple, Tuple
 
+import numba
+import numpy as np
 import torch
 
 __all__ = ["Hypothesis", "ctc_greedy_search", "ctc_prefix_beam_search"]
 
 _NO_TOKEN = -1
-_NEG_INF = float("-inf")
-# Odd 64-bit multiplier (2**64 / golden ratio, as a signed int64) of the prefix hash
-# h(prefix + c) = h(prefix) * M + c + 1, wrapping modulo 2**64.
-_HASH_MULTIPLIER = 0x9E3779B97F4A7C15 - 2**64
-# Hashes of dead slots (probability 0) and of the parent of the empty prefix or of a
-# dead slot: arbitrary constants that a real prefix hash matches with probability 2**-64,
-# so dead slots never merge with, nor act as parents of, live prefixes.
-_DEAD = 0x2545F4914F6CDD1D
-_NO_PARENT = 0x5851F42D4C957F2D
+# Odd 64-bit multiplier (2**64 / golden ratio) of the prefix hash
+# h(prefix + c) = h(prefix) * M + c + 1, wrapping modulo 2**64; h(empty prefix) = 0.
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
 class Hypothesis(NamedTuple):
@@ -139,17 +138,6 @@ def ctc_greedy_search(
     return outputs
 
 
-def _top_nonblank_tokens(
-    log_probs: torch.Tensor, blank_id: int, num_tokens: int
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(N, T, K) log-probs and ids of the K most probable non-blank tokens per frame."""
-    values, indices = log_probs.topk(min(num_tokens + 1, log_probs.size(-1)), dim=-1)
-    is_blank = indices == blank_id
-    # Move the blank (if among the top K + 1) to the last column, then drop that column.
-    order = torch.argsort(is_blank.to(torch.int8), dim=-1, stable=True)[..., :num_tokens]
-    return values.gather(-1, order), indices.gather(-1, order)
-
-
 def _check_search_options(beam: int, token_penalty: float) -> None:
     if isinstance(beam, bool) or not isinstance(beam, int):
         raise TypeError(f"beam must be an int, got {beam!r}")
@@ -172,7 +160,8 @@ def ctc_prefix_beam_search(
     """CTC prefix beam search on a batch (see the module docstring for the algorithm).
 
     Args:
-      log_probs: (N, T, V) log-probabilities of the full vocabulary.
+      log_probs: (N, T, V) log-probabilities of the full vocabulary. They are read on
+        the CPU (a CUDA tensor is copied there).
       lengths: (N,) number of valid frames of each utterance, in [0, T].
       beam: number of prefixes kept after each frame.
       blank_id: index of the CTC blank in [0, V).
@@ -185,196 +174,200 @@ def ctc_prefix_beam_search(
     """
     _check_inputs(log_probs, lengths, blank_id)
     _check_search_options(beam, token_penalty)
-    num_utterances, num_frames, vocab_size = log_probs.shape
-    num_extensions = min(beam + 1, vocab_size - 1)
-    if num_extensions == 0:
-        num_frames = 0  # only blanks in the vocabulary: every output is empty
-    frames = _FrameScores(log_probs.detach(), lengths, blank_id, num_extensions, num_frames)
-    state = _Beam.initial(num_utterances, beam, blank_id, log_probs.device)
-    source_slots: List[torch.Tensor] = []
-    emitted_tokens: List[torch.Tensor] = []
+    scores = log_probs.detach()
+    if scores.dtype not in (torch.float32, torch.float64):
+        scores = scores.float()
+    # No copy of the batch: each utterance's (T, V) view is made contiguous on its own
+    # (a no-op unless the vocabulary axis is strided).
+    scores = scores.cpu().numpy()
+    frames = lengths.detach().cpu().numpy().astype(np.int64)
+    num_extensions = min(beam + 1, scores.shape[2] - 1)
+    outputs: list = []
+    for utterance in range(scores.shape[0]):
+        tokens, counts, ranks, totals = _search_utterance(
+            np.ascontiguousarray(scores[utterance]), int(frames[utterance]), beam, blank_id, num_extensions, float(token_penalty)
+        )
+        sequences = [tokens[slot, : counts[slot]].tolist() for slot in range(len(counts))]
+        if return_nbest:
+            hypotheses = [Hypothesis(*entry) for entry in zip(sequences, ranks.tolist(), totals.tolist())]
+            # Only if every path has probability 0 can a hypothesis score -inf.
+            outputs.append(hypotheses[:1] + [h for h in hypotheses[1:] if h.log_prob > -math.inf])
+        else:
+            outputs.append(sequences[0])
+    return outputs
+
+
+@numba.njit(cache=True)
+def _log_add(a: float, b: float) -> float:
+    """log(exp(a) + exp(b)), exact for -inf operands."""
+    if a < b:
+        a, b = b, a
+    if b == -np.inf:
+        return a
+    return a + math.log1p(math.exp(b - a))
+
+
+@numba.njit(cache=True)
+def _top_nonblank_tokens(row, blank_id, num_tokens, top_values, top_ids):
+    """The num_tokens most probable non-blank tokens of one frame, best first, into
+    top_values/top_ids (one pass over the vocabulary)."""
+    filled = 0
+    for token in range(row.shape[0]):
+        value = row[token]
+        if token == blank_id or not (filled < num_tokens or value > top_values[num_tokens - 1]):
+            continue
+        position = min(filled, num_tokens - 1)
+        while position > 0 and top_values[position - 1] < value:
+            top_values[position] = top_values[position - 1]
+            top_ids[position] = top_ids[position - 1]
+            position -= 1
+        top_values[position] = value
+        top_ids[position] = token
+        filled = min(filled + 1, num_tokens)
+    for position in range(filled, num_tokens):
+        top_values[position] = -np.inf
+        top_ids[position] = _NO_TOKEN
+
+
+@numba.njit(cache=True)
+def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, token_penalty):
+    """Prefix beam search of one (T, V) utterance over its first num_frames frames.
+
+    Returns (tokens, counts, ranks, log_probs) of the L <= beam live hypotheses, best
+    first: tokens (L, num_frames) whose row l holds counts[l] token ids, ranking
+    scores (L,) and total log-probabilities (L,).
+    """
+    # Beam: hypothesis s < size has scores log_p_blank[s], log_p_token[s], the prefix's
+    # length, last token (-1 for the empty prefix), hash and its parent's hash.
+    log_p_blank = np.full(beam, -np.inf)
+    log_p_token = np.full(beam, -np.inf)
+    length = np.zeros(beam, np.int64)
+    last = np.full(beam, _NO_TOKEN, np.int64)
+    prefix_hash = np.zeros(beam, np.uint64)
+    parent_hash = np.zeros(beam, np.uint64)
+    log_p_blank[0] = 0.0
+    size = 1
+    # Back-pointers: hypothesis s after frame t came from hypothesis source[t, s] of
+    # the previous frame and appended emitted[t, s] (or _NO_TOKEN).
+    source = np.zeros((num_frames, beam), np.int64)
+    emitted = np.full((num_frames, beam), _NO_TOKEN, np.int64)
+
+    total = np.empty(beam)
+    stay_blank = np.empty(beam)
+    stay_token = np.empty(beam)
+    top_values = np.empty(max(num_extensions, 1))
+    top_ids = np.empty(max(num_extensions, 1), np.int64)
+    # The best `beam` candidates of a frame, best first: ranking score, source
+    # hypothesis, appended token (_NO_TOKEN for a stay) and log_p_token if appended.
+    best_rank = np.empty(beam)
+    best_source = np.empty(beam, np.int64)
+    best_token = np.empty(beam, np.int64)
+    best_score = np.empty(beam)
+    new_blank = np.empty(beam)
+    new_token = np.empty(beam)
+    new_length = np.empty(beam, np.int64)
+    new_last = np.empty(beam, np.int64)
+    new_hash = np.empty(beam, np.uint64)
+    new_parent = np.empty(beam, np.uint64)
+
     for frame in range(num_frames):
-        source, emitted = state.advance(frames, frame, float(token_penalty))
-        source_slots.append(source)
-        emitted_tokens.append(emitted)
-
-    total = torch.logaddexp(state.log_p_blank, state.log_p_token)
-    rank = total + state.bonus
-    order = rank.argsort(dim=1, descending=True)
-    token_table = _backtrack(source_slots, emitted_tokens, order)  # (N, B, T)
-    return _hypotheses_from_table(token_table, rank.gather(1, order), total.gather(1, order), return_nbest)
-
-
-class _FrameScores:
-    """What the search reads of each frame, precomputed for the whole batch and split
-    into per-frame views (so the loop spends no operations on slicing).
-
-    Frames past an utterance's length are made neutral (blank has probability 1, every
-    other token 0), so its beam passes through them unchanged and the loop needs no
-    per-utterance masks.
-    """
-
-    def __init__(
-        self,
-        log_probs: torch.Tensor,
-        lengths: torch.Tensor,
-        blank_id: int,
-        num_extensions: int,
-        num_frames: int,
-    ) -> None:
-        device = log_probs.device
-        frame_index = torch.arange(log_probs.size(1), device=device)
-        padding = frame_index.unsqueeze(0) >= lengths.to(device).unsqueeze(1)  # (N, T)
-        blank = log_probs[:, :, blank_id].to(torch.float64).masked_fill(padding, 0.0)
-        self.blank_id = blank_id
-        self.log_probs = log_probs.unbind(1)  # T x (N, V)
-        self.blank = blank.unsqueeze(2).unbind(1)  # T x (N, 1)
-        self.padding_offset = torch.zeros_like(blank).masked_fill(padding, _NEG_INF).unsqueeze(2).unbind(1)
-        if num_frames > 0:
-            values, tokens = _top_nonblank_tokens(log_probs, blank_id, num_extensions)
-            values = values.to(torch.float64).masked_fill(padding.unsqueeze(-1), _NEG_INF)
-            self.top_tokens = tokens.unbind(1)  # T x (N, K)
-            self.token_rows = tokens.unsqueeze(2).unbind(1)  # T x (N, 1, K)
-            self.token_codes = (tokens + 1).unsqueeze(2).unbind(1)  # T x (N, 1, K): hash symbols
-            self.top_values = values.unsqueeze(2).unbind(1)  # T x (N, 1, K)
-
-
-class _Beam:
-    """(N, B) state of the beam; slot b of utterance n is one prefix.
-
-    Prefixes are identified by a 64-bit polynomial hash (``prefix_hash``; the hash of
-    the prefix minus its last token is ``parent_hash``), so finding equal prefixes and
-    parents is a tensor comparison.
-    """
-
-    def __init__(
-        self,
-        log_p_blank: torch.Tensor,
-        log_p_token: torch.Tensor,
-        bonus: torch.Tensor,
-        last_token: torch.Tensor,
-        prefix_hash: torch.Tensor,
-        parent_hash: torch.Tensor,
-    ) -> None:
-        self.log_p_blank = log_p_blank
-        self.log_p_token = log_p_token
-        self.bonus = bonus  # token_penalty * prefix length
-        self.last_token = last_token
-        self.prefix_hash = prefix_hash
-        self.parent_hash = parent_hash
-
-    @classmethod
-    def initial(cls, num_utterances: int, beam: int, blank_id: int, device: torch.device) -> "_Beam":
-        """Slot 0 holds the empty prefix, the other slots are dead (probability 0).
-
-        The empty prefix has the blank as its "last token" (no emitted token equals it)
-        and no parent.
-        """
-        shape = (num_utterances, beam)
-        log_p_blank = torch.full(shape, _NEG_INF, dtype=torch.float64, device=device)
-        log_p_blank[:, 0] = 0.0
-        prefix_hash = torch.full(shape, _DEAD, dtype=torch.long, device=device)
-        prefix_hash[:, 0] = 0
-        return cls(
-            log_p_blank,
-            torch.full(shape, _NEG_INF, dtype=torch.float64, device=device),
-            torch.zeros(shape, dtype=torch.float64, device=device),
-            torch.full(shape, blank_id, dtype=torch.long, device=device),
-            prefix_hash,
-            torch.full(shape, _NO_PARENT, dtype=torch.long, device=device),
-        )
-
-    def advance(
-        self, frames: _FrameScores, frame: int, token_penalty: float
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Consume one frame; return back-pointers (source slot, emitted token or -1), (N, B)."""
-        num_utterances, beam = self.last_token.shape
-        log_p_blank, log_p_token, last_token, prefix_hash = (
-            self.log_p_blank, self.log_p_token, self.last_token, self.prefix_hash
-        )
-        total = torch.logaddexp(log_p_blank, log_p_token)
-        # The empty prefix's repeat score multiplies its log_p_token = -inf.
-        last_score = frames.log_probs[frame].gather(1, last_token).to(torch.float64)
-        last_score = last_score + frames.padding_offset[frame]
-
+        row = log_probs[frame]
+        if num_extensions > 0:
+            _top_nonblank_tokens(row, blank_id, num_extensions, top_values, top_ids)
+        for s in range(size):
+            total[s] = _log_add(log_p_blank[s], log_p_token[s])
+        selected = 0
         # Stay on each prefix g: a blank, a repeat of last(g), or (exactly, whatever the
         # token's rank) the extension of g's parent h, if h is in the beam, by last(g).
-        is_parent = self.parent_hash.unsqueeze(2) == prefix_hash.unsqueeze(1)  # [n, g, h]
-        parent_base = torch.where(
-            last_token.unsqueeze(2) == last_token.unsqueeze(1), log_p_blank.unsqueeze(1), total.unsqueeze(1)
-        )
-        # At most one slot holds a given prefix, so the max selects the parent.
-        from_parent = torch.where(is_parent, parent_base, _NEG_INF).amax(dim=2)
-        stay_blank = total + frames.blank[frame]
-        stay_token = torch.logaddexp(log_p_token, from_parent) + last_score
+        for g in range(size):
+            from_parent = -np.inf
+            if length[g] > 0:
+                for h in range(size):
+                    if prefix_hash[h] == parent_hash[g] and length[h] == length[g] - 1:
+                        from_parent = log_p_blank[h] if last[h] == last[g] else total[h]
+                        break
+            stay_blank[g] = total[g] + row[blank_id]
+            repeat = row[last[g]] if length[g] > 0 else -np.inf
+            stay_token[g] = _log_add(log_p_token[g], from_parent) + repeat
+            rank = _log_add(stay_blank[g], stay_token[g]) + token_penalty * length[g]
+            selected = _insert(rank, g, _NO_TOKEN, 0.0, best_rank, best_source, best_token, best_score, selected)
+        # New prefixes h + c for the top-K tokens c, unless h + c is already in the beam.
+        for h in range(size):
+            for k in range(num_extensions):
+                token = top_ids[k]
+                if top_values[k] == -np.inf:
+                    break
+                extension_hash = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
+                in_beam = False
+                for g in range(size):
+                    if prefix_hash[g] == extension_hash and length[g] == length[h] + 1:
+                        in_beam = True
+                        break
+                if in_beam:
+                    continue
+                score = (log_p_blank[h] if token == last[h] else total[h]) + top_values[k]
+                rank = score + token_penalty * (length[h] + 1)
+                selected = _insert(rank, h, token, score, best_rank, best_source, best_token, best_score, selected)
 
-        # New prefixes h + c for the top-K tokens c, unless h + c is already a slot.
-        tokens = frames.top_tokens[frame]  # (N, K)
-        num_extensions = tokens.size(1)
-        extension = torch.where(
-            frames.token_rows[frame] == last_token.unsqueeze(2), log_p_blank.unsqueeze(2), total.unsqueeze(2)
-        ) + frames.top_values[frame]  # (N, B, K)
-        extension_hash = prefix_hash.unsqueeze(2) * _HASH_MULTIPLIER + frames.token_codes[frame]
-        in_beam = (extension_hash.unsqueeze(3) == prefix_hash.view(num_utterances, 1, 1, beam)).any(dim=3)
-        extension = extension.masked_fill(in_beam, _NEG_INF)
-        extension_rank = extension + (self.bonus + token_penalty).unsqueeze(2)
-        stay_rank = torch.logaddexp(stay_blank, stay_token) + self.bonus
-        rank = torch.cat([stay_rank, extension_rank.flatten(1)], dim=1)
-
-        top = rank.topk(beam, dim=1)
-        best = top.indices  # (N, B)
-        is_stay = best < beam
-        extension_index = (best - beam).clamp(min=0)
-        source = torch.where(is_stay, best, extension_index // num_extensions)
-        new_token = tokens.gather(1, extension_index % num_extensions)
-        source_hash = prefix_hash.gather(1, source)
-        is_dead = top.values == _NEG_INF  # fewer live candidates than slots
-        self.log_p_blank = torch.where(is_stay, stay_blank.gather(1, source), _NEG_INF)
-        self.log_p_token = torch.where(
-            is_stay, stay_token.gather(1, source), extension.flatten(1).gather(1, extension_index)
-        )
-        self.bonus = self.bonus.gather(1, source) + torch.where(is_stay, 0.0, token_penalty)
-        self.last_token = torch.where(is_stay, last_token.gather(1, source), new_token)
-        parent_hash = torch.where(is_stay, self.parent_hash.gather(1, source), source_hash)
-        self.parent_hash = parent_hash.masked_fill(is_dead, _NO_PARENT)
-        prefix_hash = torch.where(is_stay, source_hash, extension_hash.flatten(1).gather(1, extension_index))
-        self.prefix_hash = prefix_hash.masked_fill(is_dead, _DEAD)
-        return source, new_token.masked_fill(is_stay, _NO_TOKEN)
-
-
-def _backtrack(
-    source_slots: List[torch.Tensor], emitted_tokens: List[torch.Tensor], final_slots: torch.Tensor
-) -> torch.Tensor:
-    """(N, B, T) token emitted at each frame (-1 if none) on the path of each final slot."""
-    num_utterances, beam = final_slots.shape
-    slots = final_slots
-    columns = []
-    for source, emitted in zip(reversed(source_slots), reversed(emitted_tokens)):
-        columns.append(emitted.gather(1, slots))
-        slots = source.gather(1, slots)
-    if not columns:
-        return torch.empty(num_utterances, beam, 0, dtype=torch.long, device=final_slots.device)
-    return torch.stack(columns[::-1], dim=2)
-
-
-def _hypotheses_from_table(
-    token_table: torch.Tensor,
-    rank: torch.Tensor,
-    total: torch.Tensor,
-    return_nbest: bool,
-) -> List[List[int]] | List[List[Hypothesis]]:
-    table = token_table.cpu().tolist()
-    rank_list, total_list = rank.cpu().tolist(), total.cpu().tolist()
-    outputs: list = []
-    for utterance, utterance_ranks, utterance_totals in zip(table, rank_list, total_list):
-        sequences = [[token for token in row if token != _NO_TOKEN] for row in utterance]
-        if not return_nbest:
-            outputs.append(sequences[0])
+        for s in range(selected):
+            h = best_source[s]
+            token = best_token[s]
+            source[frame, s] = h
+            emitted[frame, s] = token
+            if token == _NO_TOKEN:
+                new_blank[s], new_token[s] = stay_blank[h], stay_token[h]
+                new_length[s], new_last[s] = length[h], last[h]
+                new_hash[s], new_parent[s] = prefix_hash[h], parent_hash[h]
+            else:
+                new_blank[s], new_token[s] = -np.inf, best_score[s]
+                new_length[s], new_last[s] = length[h] + 1, token
+                new_hash[s] = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
+                new_parent[s] = prefix_hash[h]
+        if selected == 0:  # every path has probability 0: keep the prefixes, scored -inf
+            for s in range(size):
+                source[frame, s] = s
+                log_p_blank[s], log_p_token[s] = stay_blank[s], stay_token[s]
             continue
-        hypotheses = [
-            Hypothesis(tokens, score, log_prob)
-            for tokens, score, log_prob in zip(sequences, utterance_ranks, utterance_totals)
-        ]
-        # Slots still dead at the end (fewer distinct prefixes than the beam) are dropped.
-        outputs.append(hypotheses[:1] + [h for h in hypotheses[1:] if h.log_prob > float("-inf")])
-    return outputs
+        size = selected
+        log_p_blank[:size], log_p_token[:size] = new_blank[:size], new_token[:size]
+        length[:size], last[:size] = new_length[:size], new_last[:size]
+        prefix_hash[:size], parent_hash[:size] = new_hash[:size], new_parent[:size]
+
+    ranks = np.empty(size)
+    totals = np.empty(size)
+    counts = np.empty(size, np.int64)
+    tokens = np.full((size, num_frames), _NO_TOKEN, np.int64)
+    for s in range(size):
+        totals[s] = _log_add(log_p_blank[s], log_p_token[s])
+        ranks[s] = totals[s] + token_penalty * length[s]
+        counts[s] = length[s]
+        slot = s
+        position = length[s]
+        for frame in range(num_frames - 1, -1, -1):
+            if emitted[frame, slot] != _NO_TOKEN:
+                position -= 1
+                tokens[s, position] = emitted[frame, slot]
+            slot = source[frame, slot]
+    order = np.argsort(-ranks, kind="mergesort")
+    return tokens[order], counts[order], ranks[order], totals[order]
+
+
+@numba.njit(cache=True)
+def _insert(rank, source, token, score, best_rank, best_source, best_token, best_score, selected):
+    """Insert a candidate into the sorted best list (kept to its capacity); return its
+    new size. Candidates of probability 0 are dropped; ties keep the earlier one."""
+    capacity = best_rank.shape[0]
+    if rank == -np.inf or not (selected < capacity or rank > best_rank[capacity - 1]):
+        return selected
+    position = min(selected, capacity - 1)
+    while position > 0 and best_rank[position - 1] < rank:
+        best_rank[position] = best_rank[position - 1]
+        best_source[position] = best_source[position - 1]
+        best_token[position] = best_token[position - 1]
+        best_score[position] = best_score[position - 1]
+        position -= 1
+    best_rank[position] = rank
+    best_source[position] = source
+    best_token[position] = token
+    best_score[position] = score
+    return min(selected + 1, capacity)

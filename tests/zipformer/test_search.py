@@ -156,6 +156,35 @@ def test_top_k_pruning_matches_search_expanding_every_token(beam):
                 assert hypothesis.score == pytest.approx(hypothesis.log_prob + penalty * len(tokens))
 
 
+def test_large_vocabulary_with_flat_posteriors_matches_search_expanding_every_token():
+    """Many tokens of similar probability per frame: the one-pass top-K selection over
+    V = 300 (blank in the middle of the vocabulary) must pick the tokens the reference
+    would keep."""
+    log_probs = peaky_log_probs(3, 12, 300, seed=4, min_boost=0.0, max_boost=1.0)
+    nbest = ctc_prefix_beam_search(log_probs, torch.full((3,), 12), beam=4, blank_id=150, return_nbest=True)
+    for utterance, hypotheses in enumerate(nbest):
+        reference = dict(reference_prefix_beam_search(log_probs[utterance], 4, 150, 0.0))
+        assert {tuple(h.tokens) for h in hypotheses} == set(reference)
+        for hypothesis in hypotheses:
+            assert hypothesis.log_prob == pytest.approx(reference[tuple(hypothesis.tokens)], abs=1e-9)
+
+
+def test_dtype_and_memory_layout_of_log_probs_do_not_change_the_result():
+    log_probs = peaky_log_probs(5, 30, 40, seed=8, min_boost=0.0, max_boost=5.0)
+    lengths = torch.tensor([30, 22, 30, 7, 15])
+    expected = ctc_prefix_beam_search(log_probs, lengths, return_nbest=True)
+    vocab_strided = log_probs.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not vocab_strided.is_contiguous()
+    assert ctc_prefix_beam_search(vocab_strided, lengths, return_nbest=True) == expected
+    assert ctc_prefix_beam_search(log_probs.double(), lengths, return_nbest=True) == expected
+    # A slice of a longer batch (frames past T are never read).
+    longer = torch.cat([log_probs, peaky_log_probs(5, 9, 40, seed=0, min_boost=0.0, max_boost=5.0)], dim=1)
+    assert ctc_prefix_beam_search(longer[:, :30], lengths, return_nbest=True) == expected
+    # Half precision is read as the float32 it converts to.
+    half = log_probs.bfloat16()
+    assert ctc_prefix_beam_search(half, lengths) == ctc_prefix_beam_search(half.float(), lengths)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     num_frames=st.integers(1, 12),
