@@ -13,28 +13,29 @@ with max-semiring forward scores F and backward scores B. The loss is minus the
 log-semiring total over alignments made only of kept arcs (these may recombine into
 alignments below best - beam), and the gradient is minus the occupancy over them.
 
-Passes (all FP64, vectorized over utterances and states, one frame at a time):
-1. max-plus forward and backward in the log domain (no transcendental functions): the
-   best score, the kept arcs, and the support (states on some retained alignment);
-2. sum-product forward and backward in the probability domain with per-frame rescaling;
-   the support tells exactly whether rescaling underflowed (a supported state whose
-   scaled score is 0), in which case the sums are redone in the log domain.
+Every pass runs forward over the N lattices and their N reversals at once (2N
+utterances): a backward quantity of a lattice is a forward quantity of its reversal.
+Passes (all FP64, vectorized over utterances and states, one frame at a time; see
+semirings.py for the per-frame recursions):
+1. max-plus forward in the log domain (no transcendental functions): the best score,
+   the kept arcs of both halves, and the support (states on some retained alignment);
+2. sum-product forward in the probability domain with per-frame rescaling over the kept
+   arcs; the support tells exactly whether rescaling underflowed (a supported state
+   whose scaled score is 0), in which case the sums are redone in the log domain.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
 from .semirings import LOG_MAX, LOG_SUM, SCALED_SUM, Semiring
 
-# Arc kinds, the last axis of arc masks: stay in s, come from s - 1, skip from s - 2.
+# Arc kinds, the first axis of arc masks: stay in s, come from s - 1, skip from s - 2.
 NUM_ARC_KINDS = 3
-# Frames per block when the kept-arc test is vectorized over time (bounds temporaries).
-FRAMES_PER_BLOCK = 64
 
 
 @dataclass
@@ -43,17 +44,23 @@ class Lattice:
 
     emissions: (T, N, L) float64, e[t, n, s] = S[row of frame t of n, class of state s];
         -inf on states beyond 2U_n, 0 on frames beyond T_n.
+    emission_index: (T, N, L) int64, the flat index into S of each emission (beyond T_n,
+        that of the last frame).
     labels: (N, L) int64, the selected-class index of every state (0 = blank).
-    invalid_arcs: (N, L, 3) bool, arcs that the CTC topology forbids.
+    forbidden_skips: (N, L) bool, skips into s from s - 2 that the CTC topology forbids.
+        The topology's other forbidden arcs (into states 0 and 1 from before state 0)
+        read the two padding columns of a history, which hold the semiring's zero.
     final_states: (N, L) bool.
-    frame_counts: (N,) int64.
+    frame_counts, target_lengths: (N,) int64.
     """
 
     emissions: torch.Tensor
+    emission_index: torch.Tensor
     labels: torch.Tensor
-    invalid_arcs: torch.Tensor
+    forbidden_skips: torch.Tensor
     final_states: torch.Tensor
     frame_counts: torch.Tensor
+    target_lengths: torch.Tensor
 
     @property
     def valid_frames(self) -> torch.Tensor:
@@ -86,23 +93,21 @@ def build_lattice(
     frame_index = torch.arange(rows.shape[0], device=device).unsqueeze(1)  # (T, 1)
     valid_frames = frame_index < frame_counts.unsqueeze(0)  # (T, N)
     # torch.take on flat indices is several times faster than 2-D advanced indexing on CPU.
-    flat_index = rows.unsqueeze(2) * selected_log_probs.shape[1] + labels.unsqueeze(0)
-    emissions = torch.take(selected_log_probs, flat_index).to(torch.float64)
+    emission_index = rows.unsqueeze(2) * selected_log_probs.shape[1] + labels.unsqueeze(0)
+    emissions = torch.take(selected_log_probs, emission_index).to(torch.float64)
     emissions.masked_fill_(~valid_frames.unsqueeze(2), 0.0)
     emissions.masked_fill_(~valid_states.unsqueeze(0), float("-inf"))
 
-    invalid_arcs = torch.zeros(num_utterances, num_states, NUM_ARC_KINDS, dtype=torch.bool,
-                               device=device)
-    invalid_arcs[:, 0, 1] = True
-    invalid_arcs[:, :2, 2] = True
+    forbidden_skips = torch.ones(num_utterances, num_states, dtype=torch.bool, device=device)
     if num_states > 2:
-        invalid_arcs[:, 2:, 2] = (labels[:, 2:] == 0) | (labels[:, 2:] == labels[:, :-2])
+        forbidden_skips[:, 2:] = (labels[:, 2:] == 0) | (labels[:, 2:] == labels[:, :-2])
 
     last_state = 2 * target_lengths
     final_states = (state_index.unsqueeze(0) == last_state.unsqueeze(1)) | (
         (state_index.unsqueeze(0) == (last_state - 1).unsqueeze(1)) & (last_state > 0).unsqueeze(1)
     )
-    return Lattice(emissions, labels, invalid_arcs, final_states, frame_counts)
+    return Lattice(emissions, emission_index, labels, forbidden_skips, final_states,
+                   frame_counts, target_lengths)
 
 
 def build_lattice_and_reversal(
@@ -138,51 +143,22 @@ def build_lattice_and_reversal(
         torch.cat([target_lengths, target_lengths]))
 
 
-def unreverse_states(history: torch.Tensor, frame_counts: torch.Tensor,
-                     target_lengths: torch.Tensor) -> torch.Tensor:
-    """Forward history (T + 1, 2N, L + 2) of the lattices and their reversals -> (T, N, L)
-    of the reversals indexed by the original frames and states: value[t, n, s] = reversed
-    score at frame T_n - 1 - t, state 2U_n - s (meaningless beyond T_n or 2U_n)."""
-    history_rows, double_utterances, padded_states = history.shape
-    max_frames, num_states = history_rows - 1, padded_states - 2
-    num_utterances = frame_counts.numel()
-    device = history.device
+def partner_index(lattice: Lattice) -> torch.Tensor:
+    """(T, 2N, L) flat indices into a forward history (T + 1, 2N, L + 2) of the lattices
+    and their reversals: ``take(history, index)[t, n, s]`` is the score of the partner
+    utterance (n's reversal, or the original of a reversal) at frame T_n - 1 - t, state
+    2U_n - s, i.e. e[t, s] + B[t, s] of n (meaningless beyond T_n or 2U_n)."""
+    max_frames, double_utterances, num_states = lattice.emissions.shape
+    padded_states = num_states + 2
+    device = lattice.emissions.device
     frames = torch.arange(max_frames, device=device).unsqueeze(1)
-    frame_index = (frame_counts.unsqueeze(0) - frames).clamp(1, max_frames)  # history row
+    history_row = (lattice.frame_counts.unsqueeze(0) - frames).clamp(1, max_frames)
     states = torch.arange(num_states, device=device).unsqueeze(0)
-    state_index = (2 * target_lengths.unsqueeze(1) + 2 - states).clamp(2, num_states + 1)
-    utterance_index = torch.arange(num_utterances, num_utterances * 2, device=device)
-    flat_index = ((frame_index * double_utterances + utterance_index).unsqueeze(2) * padded_states
-                  + state_index.unsqueeze(0))
-    return torch.take(history, flat_index)
-
-
-def reverse_arcs(pruned: torch.Tensor, reversed_structure: torch.Tensor,
-                 frame_counts: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
-    """Pruned-arc masks (T, N, L, 3) of the original lattices -> those of the reversals.
-
-    The reversed arc into state r from r - k at reversed frame tau is the original arc
-    into 2U_n - r + k at frame T_n - tau; arcs at tau = 0 leave the virtual start (the
-    original's virtual end) and are all allowed."""
-    max_frames, num_utterances, num_states, _ = pruned.shape
-    device = pruned.device
-    frames = torch.arange(max_frames, device=device).unsqueeze(1)
-    frame_index = (frame_counts.unsqueeze(0) - frames).clamp(0, max_frames - 1)  # (T, N)
-    kinds = torch.arange(NUM_ARC_KINDS, device=device).view(1, 1, -1)
-    states = torch.arange(num_states, device=device).view(1, -1, 1)
-    state_index = (2 * target_lengths.view(-1, 1, 1) - states + kinds).clamp(0, num_states - 1)
-    utterances = torch.arange(num_utterances, device=device).view(1, -1, 1, 1)
-    flat_index = (((frame_index.view(max_frames, num_utterances, 1, 1) * num_utterances
-                    + utterances) * num_states + state_index.unsqueeze(0)) * NUM_ARC_KINDS
-                  + kinds.unsqueeze(0))
-    result = torch.take(pruned, flat_index)
-    result[0] = False
-    return result | reversed_structure
-
-
-def _incoming(previous: torch.Tensor) -> torch.Tensor:
-    """(..., L + 2) scores with two leading padding columns -> (..., L, 3) arc sources."""
-    return torch.stack((previous[..., 2:], previous[..., 1:-1], previous[..., :-2]), dim=-1)
+    state_column = (2 * lattice.target_lengths.unsqueeze(1) + 2 - states).clamp(
+        2, num_states + 1)
+    partners = torch.arange(double_utterances, device=device).roll(double_utterances // 2)
+    return ((history_row * double_utterances + partners).unsqueeze(2) * padded_states
+            + state_column.unsqueeze(0))
 
 
 @contextlib.contextmanager
@@ -201,14 +177,16 @@ def _one_cpu_thread(device: torch.device):
         torch.set_num_threads(threads)
 
 
-def forward_pass(semiring: Semiring, emissions: torch.Tensor,
-                 arc_mask_at: Callable[[int], torch.Tensor],
+def forward_pass(semiring: Semiring, emissions: torch.Tensor, forbidden_skips: torch.Tensor,
+                 kept_arcs: Optional[torch.Tensor] = None,
                  out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward scores of every state at every frame.
 
     Args:
         emissions: (T, N, L) in the semiring's domain.
-        arc_mask_at(t): (N, L, 3) bool, arcs into frame t that are removed.
+        forbidden_skips: (N, L) bool, the topology's forbidden skips.
+        kept_arcs: (3, T, N, L) bool, the arcs into each frame that are kept (already
+            without forbidden ones), or None for every arc of the topology.
     Returns:
         history (T + 1, N, L + 2): ``history[t + 1, :, 2:]`` is the (scaled) score of
         reaching each state at frame t with its emission; ``history[0]`` is the virtual
@@ -218,13 +196,17 @@ def forward_pass(semiring: Semiring, emissions: torch.Tensor,
     max_frames, num_utterances, num_states = emissions.shape
     shape = (max_frames + 1, num_utterances, num_states + 2)
     history = out if out is not None else emissions.new_empty(shape)
-    history.fill_(semiring.zero)
+    # Rows 1..T of the states are all written by the recursion.
+    history[:, :, :2].fill_(semiring.zero)
+    history[0].fill_(semiring.zero)
     history[0, :, 2] = semiring.one
-    scales = emissions.new_ones(max_frames, num_utterances)
-    for t in range(max_frames):
-        candidates = _incoming(history[t]).masked_fill_(arc_mask_at(t), semiring.zero)
-        semiring.step(candidates, emissions[t], out=history[t + 1, :, 2:], scales=scales[t])
-    return history, semiring.log_of_scales(scales)
+    if kept_arcs is None:
+        skip = emissions.masked_fill(forbidden_skips, semiring.zero)
+        weights = (emissions, emissions, skip)
+    else:
+        weights = torch.where(kept_arcs, emissions, semiring.zero).unbind(0)
+    log_scales = semiring.recurse(history, *weights)
+    return history, log_scales
 
 
 def _final_total(semiring: Semiring, history: torch.Tensor, log_scales: torch.Tensor,
@@ -243,21 +225,31 @@ def _final_total(semiring: Semiring, history: torch.Tensor, log_scales: torch.Te
     return total + cumulative
 
 
-def _kept_arcs(best_forward: torch.Tensor, best_after: torch.Tensor,
-               invalid_arcs: torch.Tensor, best: torch.Tensor, beam: float) -> torch.Tensor:
-    """Pruned arcs (T, N, L, 3) bool: F[t-1, s-k] + e[t, s] + B[t, s] < best - beam.
+def _kept_arcs(best_history: torch.Tensor, best_after: torch.Tensor,
+               forbidden_skips: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """Kept arcs (3, T, 2N, L) bool: F[t-1, s-k] + e[t, s] + B[t, s] >= best - beam, for
+    the lattices and their reversals alike.
 
-    best_forward: (T + 1, N, L + 2) max-plus forward history; best_after: (T, N, L),
-    e[t, s] + B[t, s] (the best way to finish from state s, frame t included)."""
-    max_frames = best_after.shape[0]
-    threshold = (best - beam).view(1, -1, 1, 1)
-    pruned = torch.empty((max_frames,) + tuple(invalid_arcs.shape), dtype=torch.bool,
-                         device=best_after.device)
-    for start in range(0, max_frames, FRAMES_PER_BLOCK):
-        stop = min(start + FRAMES_PER_BLOCK, max_frames)
-        through = _incoming(best_forward[start:stop]) + best_after[start:stop].unsqueeze(3)
-        torch.logical_or(invalid_arcs, ~(through >= threshold), out=pruned[start:stop])
-    return pruned
+    best_history: (T + 1, 2N, L + 2) max-plus forward history; best_after: (T, 2N, L),
+    e[t, s] + B[t, s] (the best way to finish from state s, frame t included);
+    threshold: (2N,), best - beam of each original for itself and its reversal.
+
+    A reversed arc's test adds the same two numbers as its original's (the reversal's F
+    is the original's e + B and vice versa), so the halves keep exactly mirrored arcs.
+    Arcs from the padding columns (-inf sums) fail the test unless the threshold is -inf
+    (an empty lattice), where their sources keep the sums at zero anyway; NaN sums always
+    fail it, and forbidden skips are given NaN."""
+    max_frames, _, num_states = best_after.shape
+    threshold = threshold.view(1, -1, 1)
+    kept = torch.empty((NUM_ARC_KINDS,) + tuple(best_after.shape), dtype=torch.bool,
+                       device=best_after.device)
+    through = torch.empty_like(best_after)
+    skip_after = best_after.masked_fill(forbidden_skips, float("nan"))
+    for kind, after in enumerate((best_after, best_after, skip_after)):
+        source = best_history[:max_frames, :, 2 - kind:2 - kind + num_states]
+        torch.add(source, after, out=through)
+        torch.ge(through, threshold, out=kept[kind])
+    return kept
 
 
 @dataclass
@@ -298,27 +290,25 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
            target_lengths, alignable, beam, need_occupancy, force_log_domain):
     num_utterances = frame_counts.numel()
     original = slice(0, num_utterances)
-    reversal = slice(num_utterances, 2 * num_utterances)
     lattice = build_lattice_and_reversal(selected_log_probs, frame_offsets, frame_counts,
                                          relabeled_targets, target_lengths)
-    structure = lattice.invalid_arcs
     valid_frames = lattice.valid_frames[:, original]
+    after_index = partner_index(lattice)
 
-    # Max-plus over both halves: forward scores F and, from the reversal, e + B.
-    best_history, _ = forward_pass(LOG_MAX, lattice.emissions, lambda t: structure)
+    # Max-plus over both halves: forward scores F and, through the partners, e + B.
+    best_history, _ = forward_pass(LOG_MAX, lattice.emissions, lattice.forbidden_skips)
     best = _final_total(LOG_MAX, best_history, best_history.new_zeros(valid_frames.shape),
                         lattice, original)
-    best_after = unreverse_states(best_history, frame_counts, target_lengths)
+    best_after = torch.take(best_history, after_index)
     if beam is None:
-        mask_at = lambda t: structure  # noqa: E731
-        support = torch.isfinite(best_history[1:, original, 2:]) & torch.isfinite(best_after)
+        kept = None
+        support = (torch.isfinite(best_history[1:, original, 2:])
+                   & torch.isfinite(best_after[:, original]))
     else:
-        pruned = _kept_arcs(best_history[:, original], best_after, structure[original], best,
-                            beam)
-        support = ~pruned.all(dim=3)
-        pruned = torch.cat([pruned, reverse_arcs(pruned, structure[reversal], frame_counts,
-                                                 target_lengths)], dim=1)
-        mask_at = pruned.__getitem__
+        kept = _kept_arcs(best_history, best_after, lattice.forbidden_skips,
+                          (best - beam).repeat(2))
+        support = kept[0, :, original] | kept[1, :, original]
+        support |= kept[2, :, original]
     support &= valid_frames.unsqueeze(2)
     del best_after
 
@@ -327,19 +317,18 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
     semiring = LOG_SUM if force_log_domain else SCALED_SUM
     while True:
         emissions, shift = semiring.from_log_emissions(lattice.emissions[:, halves])
-        history, log_scales = forward_pass(semiring, emissions, lambda t: mask_at(t)[halves],
-                                           out=best_history[:, halves])
+        history, log_scales = forward_pass(
+            semiring, emissions, lattice.forbidden_skips[halves],
+            None if kept is None else kept[:, :, halves], out=best_history[:, halves])
         if shift is not None:
             log_scales = log_scales + shift
-        after = (unreverse_states(history, frame_counts, target_lengths)
-                 if need_occupancy else None)
+        forward = history[1:, original, 2:]
+        after = (torch.take(history, after_index[:, original]) if need_occupancy else None)
         if semiring is LOG_SUM:
             break
         # Scaling underflowed where a state on a retained alignment scores exactly zero.
-        underflow = history[1:, original, 2:] <= SCALED_SUM.tiny
-        if after is not None:
-            underflow |= after <= SCALED_SUM.tiny
-        if not bool((underflow & support).any()):
+        lowest = forward if after is None else torch.minimum(forward, after)
+        if not bool(((lowest <= SCALED_SUM.tiny) & support).any()):
             break
         semiring = LOG_SUM
 
@@ -357,17 +346,15 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
     if need_occupancy:
         # Each retained alignment sits in exactly one state per frame, so the posterior
         # over states sums to one at every frame: normalizing per frame divides by the total.
-        state_occupancy = semiring.posterior(history[1:, original, 2:], after,
-                                             emissions[:, original])
-        state_occupancy = state_occupancy.transpose(0, 1)  # (N, T, L)
-        state_occupancy = state_occupancy.masked_fill(
-            excluded.view(-1, 1, 1) | torch.isnan(state_occupancy), 0.0)
-        valid = valid_frames.t()
-        # (M, L), rows in frame order, in S's dtype: the gradient dL/dS is formed in it.
-        per_frame = state_occupancy[valid].to(selected_log_probs.dtype)
-        labels = lattice.labels[original].unsqueeze(1).expand(-1, valid.shape[1], -1)[valid]
-        occupancy = torch.zeros(per_frame.shape[0], selected_log_probs.shape[1],
-                                dtype=per_frame.dtype, device=selected_log_probs.device)
-        occupancy.scatter_add_(1, labels, per_frame)
+        contributes = valid_frames & ~excluded.unsqueeze(0)
+        state_occupancy = semiring.posterior(forward, after, emissions[:, original],
+                                             contributes)
+        # (M, K) in S's dtype, the gradient dL/dS is formed in it; frames beyond T_n and
+        # excluded utterances add zeros.
+        occupancy = torch.zeros(selected_log_probs.shape, dtype=selected_log_probs.dtype,
+                                device=selected_log_probs.device)
+        occupancy.view(-1).scatter_add_(
+            0, lattice.emission_index[:, original].reshape(-1),
+            state_occupancy.to(selected_log_probs.dtype).view(-1))
     return AlignmentResult(losses, occupancy, excluded, empty_lattice, nonfinite,
                            used_log_domain=semiring is LOG_SUM)
