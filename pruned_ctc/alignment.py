@@ -44,8 +44,7 @@ class Lattice:
 
     emissions: (T, N, L) float64, e[t, n, s] = S[row of frame t of n, class of state s];
         -inf on states beyond 2U_n, 0 on frames beyond T_n.
-    emission_index: (T, N, L) int64, the flat index into S of each emission (beyond T_n,
-        that of the last frame).
+    rows: (T, N) int64, the row of S holding frame t of utterance n (beyond T_n, its last).
     labels: (N, L) int64, the selected-class index of every state (0 = blank).
     forbidden_skips: (N, L) bool, skips into s from s - 2 that the CTC topology forbids.
         The topology's other forbidden arcs (into states 0 and 1 from before state 0)
@@ -55,7 +54,7 @@ class Lattice:
     """
 
     emissions: torch.Tensor
-    emission_index: torch.Tensor
+    rows: torch.Tensor
     labels: torch.Tensor
     forbidden_skips: torch.Tensor
     final_states: torch.Tensor
@@ -70,46 +69,6 @@ class Lattice:
         return frames < self.frame_counts.unsqueeze(0)
 
 
-def build_lattice(
-    selected_log_probs: torch.Tensor,
-    rows: torch.Tensor,
-    frame_counts: torch.Tensor,
-    relabeled_targets: torch.Tensor,
-    target_lengths: torch.Tensor,
-) -> Lattice:
-    """Gathers the emissions of every (frame, state) pair from S (M, K).
-
-    rows: (T, N) int64, the row of S holding frame t of utterance n (any row beyond T_n).
-    """
-    device = selected_log_probs.device
-    num_utterances, max_length = relabeled_targets.shape
-    num_states = 2 * max_length + 1
-
-    labels = torch.zeros(num_utterances, num_states, dtype=torch.int64, device=device)
-    labels[:, 1::2] = relabeled_targets
-    state_index = torch.arange(num_states, device=device)
-    valid_states = state_index.unsqueeze(0) < (2 * target_lengths + 1).unsqueeze(1)
-
-    frame_index = torch.arange(rows.shape[0], device=device).unsqueeze(1)  # (T, 1)
-    valid_frames = frame_index < frame_counts.unsqueeze(0)  # (T, N)
-    # torch.take on flat indices is several times faster than 2-D advanced indexing on CPU.
-    emission_index = rows.unsqueeze(2) * selected_log_probs.shape[1] + labels.unsqueeze(0)
-    emissions = torch.take(selected_log_probs, emission_index).to(torch.float64)
-    emissions.masked_fill_(~valid_frames.unsqueeze(2), 0.0)
-    emissions.masked_fill_(~valid_states.unsqueeze(0), float("-inf"))
-
-    forbidden_skips = torch.ones(num_utterances, num_states, dtype=torch.bool, device=device)
-    if num_states > 2:
-        forbidden_skips[:, 2:] = (labels[:, 2:] == 0) | (labels[:, 2:] == labels[:, :-2])
-
-    last_state = 2 * target_lengths
-    final_states = (state_index.unsqueeze(0) == last_state.unsqueeze(1)) | (
-        (state_index.unsqueeze(0) == (last_state - 1).unsqueeze(1)) & (last_state > 0).unsqueeze(1)
-    )
-    return Lattice(emissions, emission_index, labels, forbidden_skips, final_states,
-                   frame_counts, target_lengths)
-
-
 def build_lattice_and_reversal(
     selected_log_probs: torch.Tensor,
     frame_offsets: torch.Tensor,
@@ -117,7 +76,7 @@ def build_lattice_and_reversal(
     relabeled_targets: torch.Tensor,
     target_lengths: torch.Tensor,
 ) -> Lattice:
-    """The N lattices followed by their N reversals (2N utterances).
+    """The N lattices followed by their N reversals (2N utterances), emissions from S (M, K).
 
     Reversing the frames and the target of an utterance reverses its lattice: state s at
     frame t becomes state 2U_n - s at frame T_n - 1 - t, and every backward quantity of
@@ -125,40 +84,82 @@ def build_lattice_and_reversal(
     thus gives forward and backward scores with half the number of tensor operations.
     """
     device = selected_log_probs.device
+    num_utterances, max_length = relabeled_targets.shape
+    num_states = 2 * max_length + 1
     max_frames = int(frame_counts.max())
     frames = torch.arange(max_frames, device=device).unsqueeze(1)  # (T, 1)
     last = frame_counts.unsqueeze(0) - 1
     rows = frame_offsets.unsqueeze(0) + torch.minimum(frames, last)
     reversed_rows = frame_offsets.unsqueeze(0) + (last - frames).clamp(min=0)
 
-    positions = torch.arange(relabeled_targets.shape[1], device=device).unsqueeze(0)
+    positions = torch.arange(max_length, device=device).unsqueeze(0)
     source = (target_lengths.unsqueeze(1) - 1 - positions).clamp(min=0)
     reversed_targets = relabeled_targets.gather(1, source)
     reversed_targets.masked_fill_(positions >= target_lengths.unsqueeze(1), 0)
+    frame_counts = torch.cat([frame_counts, frame_counts])
+    target_lengths = torch.cat([target_lengths, target_lengths])
 
-    return build_lattice(
-        selected_log_probs, torch.cat([rows, reversed_rows], dim=1),
-        torch.cat([frame_counts, frame_counts]),
-        torch.cat([relabeled_targets, reversed_targets]),
-        torch.cat([target_lengths, target_lengths]))
+    labels = torch.zeros(2 * num_utterances, num_states, dtype=torch.int64, device=device)
+    labels[:, 1::2] = torch.cat([relabeled_targets, reversed_targets])
+    state_index = torch.arange(num_states, device=device)
+    valid_states = state_index.unsqueeze(0) < (2 * target_lengths + 1).unsqueeze(1)
+    valid_frames = frames < frame_counts.unsqueeze(0)  # (T, 2N)
+
+    # Row-wise gathers are several times faster than flat or 2-D advanced indexing on
+    # CPU: from every row of S, the classes of both lattices' states of its utterance
+    # (rows of S outside every utterance read utterance 0's), then the rows in
+    # (frame, utterance) order: row 2m of `both` is m's original, 2m + 1 its reversal.
+    utterance_of_row = torch.zeros(selected_log_probs.shape[0], dtype=torch.int64,
+                                   device=device).scatter_(
+        0, rows.reshape(-1), torch.arange(num_utterances, device=device).repeat(max_frames))
+    labels_of_utterance = labels.view(2, num_utterances, num_states).transpose(0, 1)
+    both = selected_log_probs.gather(
+        1, labels_of_utterance.reshape(num_utterances, 2 * num_states)[utterance_of_row])
+    both = both.to(torch.float64).view(-1, num_states)
+    source_rows = torch.cat([2 * rows, 2 * reversed_rows + 1], dim=1)
+    emissions = both.index_select(0, source_rows.view(-1)).view(
+        max_frames, 2 * num_utterances, num_states)
+    emissions.masked_fill_(~valid_frames.unsqueeze(2), 0.0)
+    emissions.masked_fill_(~valid_states.unsqueeze(0), float("-inf"))
+
+    forbidden_skips = torch.ones(2 * num_utterances, num_states, dtype=torch.bool,
+                                 device=device)
+    if num_states > 2:
+        forbidden_skips[:, 2:] = (labels[:, 2:] == 0) | (labels[:, 2:] == labels[:, :-2])
+
+    last_state = 2 * target_lengths
+    final_states = (state_index.unsqueeze(0) == last_state.unsqueeze(1)) | (
+        (state_index.unsqueeze(0) == (last_state - 1).unsqueeze(1)) & (last_state > 0).unsqueeze(1)
+    )
+    return Lattice(emissions, torch.cat([rows, reversed_rows], dim=1), labels,
+                   forbidden_skips, final_states, frame_counts, target_lengths)
 
 
-def partner_index(lattice: Lattice) -> torch.Tensor:
-    """(T, 2N, L) flat indices into a forward history (T + 1, 2N, L + 2) of the lattices
-    and their reversals: ``take(history, index)[t, n, s]`` is the score of the partner
-    utterance (n's reversal, or the original of a reversal) at frame T_n - 1 - t, state
-    2U_n - s, i.e. e[t, s] + B[t, s] of n (meaningless beyond T_n or 2U_n)."""
+def partner_positions(lattice: Lattice) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where e[t, s] + B[t, s] of each utterance n sits in a forward history
+    (T + 1, 2N, L + 2) of the lattices and their reversals: in the partner (n's reversal,
+    or the original of a reversal) at frame T_n - 1 - t, state 2U_n - s. Returns the
+    history rows (T, 2N) of the flattened (T + 1) x 2N rows and the columns (2N, L)."""
     max_frames, double_utterances, num_states = lattice.emissions.shape
-    padded_states = num_states + 2
     device = lattice.emissions.device
     frames = torch.arange(max_frames, device=device).unsqueeze(1)
-    history_row = (lattice.frame_counts.unsqueeze(0) - frames).clamp(1, max_frames)
-    states = torch.arange(num_states, device=device).unsqueeze(0)
-    state_column = (2 * lattice.target_lengths.unsqueeze(1) + 2 - states).clamp(
-        2, num_states + 1)
+    history_frame = (lattice.frame_counts.unsqueeze(0) - frames).clamp(1, max_frames)
     partners = torch.arange(double_utterances, device=device).roll(double_utterances // 2)
-    return ((history_row * double_utterances + partners).unsqueeze(2) * padded_states
-            + state_column.unsqueeze(0))
+    states = torch.arange(num_states, device=device).unsqueeze(0)
+    columns = (2 * lattice.target_lengths.unsqueeze(1) + 2 - states).clamp(2, num_states + 1)
+    return history_frame * double_utterances + partners, columns
+
+
+def partner_scores(history: torch.Tensor, positions: tuple[torch.Tensor, torch.Tensor],
+                   utterances: slice) -> torch.Tensor:
+    """(T, n, L) e + B of the selected utterances from a contiguous forward history of all
+    2N (meaningless beyond T_n or 2U_n)."""
+    rows, columns = positions[0][:, utterances], positions[1][utterances]
+    max_frames, num_selected = rows.shape
+    padded_states = history.shape[2]
+    selected_rows = history.view(-1, padded_states).index_select(0, rows.reshape(-1))
+    return selected_rows.view(max_frames, num_selected, padded_states).gather(
+        2, columns.unsqueeze(0).expand(max_frames, -1, -1))
 
 
 @contextlib.contextmanager
@@ -293,13 +294,13 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
     lattice = build_lattice_and_reversal(selected_log_probs, frame_offsets, frame_counts,
                                          relabeled_targets, target_lengths)
     valid_frames = lattice.valid_frames[:, original]
-    after_index = partner_index(lattice)
+    positions = partner_positions(lattice)
 
     # Max-plus over both halves: forward scores F and, through the partners, e + B.
     best_history, _ = forward_pass(LOG_MAX, lattice.emissions, lattice.forbidden_skips)
     best = _final_total(LOG_MAX, best_history, best_history.new_zeros(valid_frames.shape),
                         lattice, original)
-    best_after = torch.take(best_history, after_index)
+    best_after = partner_scores(best_history, positions, slice(None))
     if beam is None:
         kept = None
         support = (torch.isfinite(best_history[1:, original, 2:])
@@ -323,7 +324,7 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
         if shift is not None:
             log_scales = log_scales + shift
         forward = history[1:, original, 2:]
-        after = (torch.take(history, after_index[:, original]) if need_occupancy else None)
+        after = partner_scores(history, positions, original) if need_occupancy else None
         if semiring is LOG_SUM:
             break
         # Scaling underflowed where a state on a retained alignment scores exactly zero.
@@ -351,10 +352,11 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
                                              contributes)
         # (M, K) in S's dtype, the gradient dL/dS is formed in it; frames beyond T_n and
         # excluded utterances add zeros.
+        num_classes = selected_log_probs.shape[1]
+        index = lattice.rows[:, original].unsqueeze(2) * num_classes + lattice.labels[original]
         occupancy = torch.zeros(selected_log_probs.shape, dtype=selected_log_probs.dtype,
                                 device=selected_log_probs.device)
-        occupancy.view(-1).scatter_add_(
-            0, lattice.emission_index[:, original].reshape(-1),
-            state_occupancy.to(selected_log_probs.dtype).view(-1))
+        occupancy.view(-1).scatter_add_(0, index.view(-1),
+                                        state_occupancy.to(selected_log_probs.dtype).view(-1))
     return AlignmentResult(losses, occupancy, excluded, empty_lattice, nonfinite,
                            used_log_domain=semiring is LOG_SUM)
