@@ -16,7 +16,9 @@ needs beyond the gradient itself. Time: median of ``--runs`` after ``--warmup`` 
 synchronized at both ends on CUDA.
 
 Also times the alignment DP alone (``--dp``): the finite-beam DP of ``pruned_ctc`` against
-torch's native CTC forward and backward on the same reduced (M, K) input.
+torch's native CTC forward and backward on the same reduced (M, K) input, the methods
+interleaved round by round (so that a change of load hits them alike), medians of
+``--dp-runs`` rounds. ``--only-dp`` refreshes just that section of the results file.
 
 Example (CPU grid of the committed results):
     python scripts/benchmark_head_loss.py --output-dir benchmarks/head_loss
@@ -160,31 +162,71 @@ def run_dp(num_frames: int, vocab_size: int, device: str, runs: int) -> dict:
         F.ctc_loss(log_probs, batch.relabeled_targets, frame_counts, batch.target_lengths,
                    reduction="sum").backward()
 
-    def median_time(function) -> float:
+    def native_one_thread():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            native()
+        finally:
+            torch.set_num_threads(threads)
+
+    methods = {"torch_ctc_s": native, "torch_ctc_one_thread_s": native_one_thread,
+               "dp_beam100_s": lambda: ours(100.0), "dp_exact_s": lambda: ours(None)}
+    times = {name: [] for name in methods}
+    load_before = os.getloadavg()[0]
+    for name, function in methods.items():
         function()
-        times = []
-        for _ in range(runs):
+    for _ in range(runs):
+        for name, function in methods.items():
             synchronize(device)
             start = time.perf_counter()
             function()
             synchronize(device)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+            times[name].append(time.perf_counter() - start)
+    row = dict(frames=num_frames, vocab_size=vocab_size, selected_classes=num_selected)
+    row.update({name: statistics.median(values) for name, values in times.items()})
+    row.update(ratio_beam100=row["dp_beam100_s"] / row["torch_ctc_s"],
+               ratio_exact=row["dp_exact_s"] / row["torch_ctc_s"],
+               ratio_beam100_one_thread=row["dp_beam100_s"] / row["torch_ctc_one_thread_s"],
+               runs=runs, load_before=load_before, load_after=os.getloadavg()[0])
+    return row
 
-    native_s = median_time(native)
-    beam_s = median_time(lambda: ours(100.0))
-    exact_s = median_time(lambda: ours(None))
-    return dict(frames=num_frames, vocab_size=vocab_size, selected_classes=num_selected,
-                torch_ctc_s=native_s, dp_beam100_s=beam_s, dp_exact_s=exact_s,
-                ratio_beam100=beam_s / native_s, ratio_exact=exact_s / native_s)
+
+DP_HEADING = "## Alignment DP alone vs torch's native CTC (same reduced (M, K) input)"
+
+
+def dp_section(dp_rows: list[dict], device: str, only_dp: bool) -> list[str]:
+    lines = ["", DP_HEADING, ""]
+    if only_dp:
+        lines += provenance_lines(device) + [""]
+    threads = torch.get_num_threads()
+    lines += [f"Medians of {dp_rows[0]['runs']} rounds, the four methods interleaved in each "
+              f"round. Ours runs on one intra-op thread (CPU); torch's CTC on {threads} "
+              "(\"torch CTC\") and on one. Ratios = ours, beam 100 / torch CTC.", "",
+              "| M | K | torch CTC (s) | torch CTC, 1 thread (s) | ours, beam 100 (s) | "
+              "ours, exact (s) | ratio beam 100 | ratio exact | ratio beam 100 vs 1 thread | "
+              "1-min load before / after |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in dp_rows:
+        lines.append(f"| {r['frames']} | {r['selected_classes']} | {r['torch_ctc_s']:.4f} | "
+                     f"{r['torch_ctc_one_thread_s']:.4f} | {r['dp_beam100_s']:.4f} | "
+                     f"{r['dp_exact_s']:.4f} | {r['ratio_beam100']:.2f} | "
+                     f"{r['ratio_exact']:.2f} | {r['ratio_beam100_one_thread']:.2f} | "
+                     f"{r['load_before']:.1f} / {r['load_after']:.1f} |")
+    return lines
 
 
 def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path,
-                  device: str) -> None:
+                  device: str, only_dp: bool = False) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     for name, table in (("head_loss", rows), ("dp", dp_rows)):
         if table:
             write_csv(table, output_dir / f"{name}_{device}.csv")
+    results = output_dir / f"results_{device}.md"
+    if only_dp:
+        # Keeps the grid part (with its own provenance) of an earlier full run.
+        kept = results.read_text().split("\n" + DP_HEADING)[0].rstrip("\n").splitlines()
+        write_text("\n".join(kept + dp_section(dp_rows, device, True)) + "\n", results)
+        return
 
     lines = [f"# Head + CTC loss, forward + backward ({device})", ""] + provenance_lines(device) + [""]
     if rows:
@@ -216,14 +258,8 @@ def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path,
             lines.append(f"| {r['frames']} | {r['vocab_size']} | {r['peak_extra_mb']:.0f} | "
                          f"{model_mb:.0f} | {r['peak_extra_mb'] / model_mb:.3f} |")
     if dp_rows:
-        lines += ["", "## Alignment DP alone vs torch's native CTC (same reduced (M, K) input)",
-                  "", "| M | K | torch CTC (s) | ours, beam 100 (s) | ours, exact (s) | "
-                  "ratio beam 100 | ratio exact |", "|---|---|---|---|---|---|---|"]
-        for r in dp_rows:
-            lines.append(f"| {r['frames']} | {r['selected_classes']} | {r['torch_ctc_s']:.4f} | "
-                         f"{r['dp_beam100_s']:.4f} | {r['dp_exact_s']:.4f} | "
-                         f"{r['ratio_beam100']:.2f} | {r['ratio_exact']:.2f} |")
-    write_text("\n".join(lines) + "\n", output_dir / f"results_{device}.md")
+        lines += dp_section(dp_rows, device, False)
+    write_text("\n".join(lines) + "\n", results)
     if rows:
         plot(rows, output_dir / f"head_loss_{device}.png", device)
 
@@ -279,6 +315,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dp", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the alignment DP against torch's CTC")
+    parser.add_argument("--dp-runs", type=int, default=15,
+                        help="interleaved rounds of the DP timing (medians)")
+    parser.add_argument("--only-dp", action="store_true",
+                        help="time only the DP (V = 20,000, each --frames) and replace the DP "
+                        "section of an existing results file, keeping its grid")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/head_loss"))
     parser.add_argument("--single", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -295,8 +336,11 @@ def main() -> None:
         print("RESULT " + json.dumps(result))
         return
 
-    configurations = [(m, v, f) for f in args.frames for v in args.vocab_sizes
-                      for m in args.methods]
+    results = args.output_dir / f"results_{args.device}.md"
+    if args.only_dp and not results.exists():
+        parser.error(f"--only-dp: {results} does not exist (run the full grid first)")
+    configurations = [] if args.only_dp else [
+        (m, v, f) for f in args.frames for v in args.vocab_sizes for m in args.methods]
     rows = []
     started = time.time()
     for index, (method, vocab_size, frames) in enumerate(configurations, 1):
@@ -322,11 +366,11 @@ def main() -> None:
               f"{row['time_s']:.3f} s, {row['activation_mb']:.0f} MB above gradient "
               f"(elapsed {elapsed:.0f} s, ETA {eta:.0f} s)", flush=True)
     dp_rows = []
-    if args.dp:
+    if args.dp or args.only_dp:
         for frames in args.frames:
-            dp_rows.append(run_dp(frames, 20000, args.device, max(args.runs, 5)))
+            dp_rows.append(run_dp(frames, 20000, args.device, args.dp_runs))
             print(f"DP M={frames}: " + json.dumps(dp_rows[-1]), flush=True)
-    write_outputs(rows, dp_rows, args.output_dir, args.device)
+    write_outputs(rows, dp_rows, args.output_dir, args.device, args.only_dp)
     print(f"wrote {args.output_dir}/results_{args.device}.md")
 
 
