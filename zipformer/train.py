@@ -36,11 +36,13 @@ from zipformer.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from zipformer.cut_filters import num_encoder_frames
+from zipformer.cut_filters import TrainingCutFilter, num_encoder_frames
 from zipformer.data import (
+    DataOptions,
     TrainData,
     build_train_dataloader,
     build_valid_dataloader,
+    load_cuts_lazy,
     restore_sampler_state,
     resumable_sampler_state,
 )
@@ -107,7 +109,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     # Data. The lexicon decides the model's output classes.
     tokenizer = load_tokenizer(options.lang_dir)
     config.model = dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size, blank_id=tokenizer.blank_id)
-    train_data = build_train_dataloader(config.data, tokenizer, world_size=dist.world_size, rank=dist.rank)
+    train_data = build_train_data(config.data, tokenizer, dist)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
     # Model and its running average.
@@ -145,6 +147,8 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         stopped_early = train_one_epoch(run, state)
         if dist.is_main:
             train_data.cut_filter.log_summary()
+        if state.batch_in_epoch == 0:
+            raise NoTrainingBatches(no_batches_message(config.data, train_data.cut_filter.summary(), dist.world_size))
         if stopped_early:
             save(run, state, iteration_checkpoint_path(exp_dir, state.batch_idx_train))
             break
@@ -158,6 +162,35 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
                  state.best_valid_loss)
     if dist.world_size > 1:
         torch.distributed.destroy_process_group()
+
+
+class NoTrainingBatches(RuntimeError):
+    """The training cuts give no batch: the filters dropped them, or too few remain to fill one."""
+
+
+def build_train_data(options: DataOptions, tokenizer: Tokenizer, dist: Distributed) -> TrainData:
+    """The training loader of this rank; NoTrainingBatches if the filters leave fewer cuts
+    than the sampler's buckets (Lhotse's bucket estimate asserts on that)."""
+    try:
+        return build_train_dataloader(options, tokenizer, world_size=dist.world_size, rank=dist.rank)
+    except AssertionError as error:
+        if "number of buckets" not in str(error):
+            raise
+        cut_filter = TrainingCutFilter(tokenizer, options.min_cut_duration, options.max_cut_duration)
+        for _ in load_cuts_lazy(options.train_cuts, "train_cuts", seed=options.seed).filter(cut_filter):
+            pass
+        raise NoTrainingBatches(no_batches_message(options, cut_filter.summary(), dist.world_size)) from error
+
+
+def no_batches_message(options: DataOptions, filter_summary: str, world_size: int) -> str:
+    ranks = f" shared by {world_size} ranks" if world_size > 1 else ""
+    return (
+        f"no training batches from data.train_cuts={options.train_cuts}: {filter_summary}; "
+        f"batches of data.max_duration={options.max_duration:g} s{ranks} in data.num_buckets="
+        f"{options.num_buckets} buckets, data.drop_last={options.drop_last} (each bucket's last, "
+        f"incomplete batch is dropped). Lower data.max_duration or data.num_buckets, set "
+        f"data.drop_last=false, or widen data.min_cut_duration/data.max_cut_duration"
+    )
 
 
 def train_one_epoch(run: Run, state: TrainingState) -> bool:
