@@ -198,6 +198,8 @@ DP_HEADING = "## Alignment DP alone vs torch's native CTC (same reduced (M, K) i
 def dp_section(dp_rows: list[dict], device: str, only_dp: bool) -> list[str]:
     lines = ["", DP_HEADING, ""]
     if only_dp:
+        lines += ["Refreshed alone (`--only-dp`): the tables above come from an earlier full "
+                  "run, measured under the load of their own Machine line.", ""]
         lines += provenance_lines(device) + [""]
     threads = torch.get_num_threads()
     lines += [f"Medians of {dp_rows[0]['runs']} rounds, the four methods interleaved in each "
