@@ -185,7 +185,8 @@ def ctc_prefix_beam_search(
     outputs: list = []
     for utterance in range(scores.shape[0]):
         tokens, counts, ranks, totals = _search_utterance(
-            np.ascontiguousarray(scores[utterance]), int(frames[utterance]), beam, blank_id, num_extensions, float(token_penalty)
+            np.ascontiguousarray(scores[utterance]), int(frames[utterance]),
+            beam, blank_id, num_extensions, float(token_penalty),
         )
         sequences = [tokens[slot, : counts[slot]].tolist() for slot in range(len(counts))]
         if return_nbest:
@@ -208,25 +209,21 @@ def _log_add(a: float, b: float) -> float:
 
 
 @numba.njit(cache=True)
-def _top_nonblank_tokens(row, blank_id, num_tokens, top_values, top_ids):
-    """The num_tokens most probable non-blank tokens of one frame, best first, into
-    top_values/top_ids (one pass over the vocabulary)."""
-    filled = 0
-    for token in range(row.shape[0]):
-        value = row[token]
-        if token == blank_id or not (filled < num_tokens or value > top_values[num_tokens - 1]):
-            continue
-        position = min(filled, num_tokens - 1)
-        while position > 0 and top_values[position - 1] < value:
-            top_values[position] = top_values[position - 1]
-            top_ids[position] = top_ids[position - 1]
-            position -= 1
-        top_values[position] = value
-        top_ids[position] = token
-        filled = min(filled + 1, num_tokens)
-    for position in range(filled, num_tokens):
-        top_values[position] = -np.inf
-        top_ids[position] = _NO_TOKEN
+def _insert_sorted(value, item, values, items, filled):
+    """Insert (value, item) into the first ``filled`` entries of values/items, kept
+    sorted best first and cut to their capacity; return the new fill. A value of -inf
+    (probability 0) is dropped; ties keep the earlier item first."""
+    capacity = values.shape[0]
+    if not (filled < capacity or value > values[capacity - 1]) or value == -np.inf:
+        return filled
+    position = min(filled, capacity - 1)
+    while position > 0 and values[position - 1] < value:
+        values[position] = values[position - 1]
+        items[position] = items[position - 1]
+        position -= 1
+    values[position] = value
+    items[position] = item
+    return min(filled + 1, capacity)
 
 
 @numba.njit(cache=True)
@@ -256,24 +253,27 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
     stay_blank = np.empty(beam)
     stay_token = np.empty(beam)
     top_values = np.empty(max(num_extensions, 1))
-    top_ids = np.empty(max(num_extensions, 1), np.int64)
-    # The best `beam` candidates of a frame, best first: ranking score, source
-    # hypothesis, appended token (_NO_TOKEN for a stay) and log_p_token if appended.
+    top_tokens = np.empty(max(num_extensions, 1), np.int64)
+    # Candidates of a frame: id g < beam stays on hypothesis g; id beam + h * K + k
+    # appends the k-th top token to hypothesis h, with log_p_token extension_score[id].
+    extension_score = np.empty(beam * (num_extensions + 1))
     best_rank = np.empty(beam)
-    best_source = np.empty(beam, np.int64)
-    best_token = np.empty(beam, np.int64)
-    best_score = np.empty(beam)
-    new_blank = np.empty(beam)
-    new_token = np.empty(beam)
-    new_length = np.empty(beam, np.int64)
-    new_last = np.empty(beam, np.int64)
-    new_hash = np.empty(beam, np.uint64)
-    new_parent = np.empty(beam, np.uint64)
+    best_candidate = np.empty(beam, np.int64)
+    new_blank, new_token = np.empty(beam), np.empty(beam)
+    new_length, new_last = np.empty(beam, np.int64), np.empty(beam, np.int64)
+    new_hash, new_parent = np.empty(beam, np.uint64), np.empty(beam, np.uint64)
 
     for frame in range(num_frames):
         row = log_probs[frame]
-        if num_extensions > 0:
-            _top_nonblank_tokens(row, blank_id, num_extensions, top_values, top_ids)
+        # One pass over the vocabulary for the top-K non-blank tokens; `threshold` (the
+        # K-th best so far) lets all but a few tokens be skipped with one comparison.
+        num_top = 0
+        threshold = -np.inf
+        for token in range(row.shape[0] if num_extensions > 0 else 0):
+            if row[token] > threshold and token != blank_id:
+                num_top = _insert_sorted(row[token], token, top_values, top_tokens, num_top)
+                if num_top == num_extensions:
+                    threshold = top_values[num_top - 1]
         for s in range(size):
             total[s] = _log_add(log_p_blank[s], log_p_token[s])
         selected = 0
@@ -281,93 +281,81 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
         # token's rank) the extension of g's parent h, if h is in the beam, by last(g).
         for g in range(size):
             from_parent = -np.inf
+            repeat = -np.inf
             if length[g] > 0:
+                repeat = row[last[g]]
                 for h in range(size):
                     if prefix_hash[h] == parent_hash[g] and length[h] == length[g] - 1:
                         from_parent = log_p_blank[h] if last[h] == last[g] else total[h]
                         break
             stay_blank[g] = total[g] + row[blank_id]
-            repeat = row[last[g]] if length[g] > 0 else -np.inf
             stay_token[g] = _log_add(log_p_token[g], from_parent) + repeat
             rank = _log_add(stay_blank[g], stay_token[g]) + token_penalty * length[g]
-            selected = _insert(rank, g, _NO_TOKEN, 0.0, best_rank, best_source, best_token, best_score, selected)
+            selected = _insert_sorted(rank, g, best_rank, best_candidate, selected)
         # New prefixes h + c for the top-K tokens c, unless h + c is already in the beam.
         for h in range(size):
-            for k in range(num_extensions):
-                token = top_ids[k]
-                if top_values[k] == -np.inf:
-                    break
+            for k in range(num_top):
+                token = top_tokens[k]
                 extension_hash = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
                 in_beam = False
                 for g in range(size):
-                    if prefix_hash[g] == extension_hash and length[g] == length[h] + 1:
-                        in_beam = True
-                        break
+                    in_beam |= prefix_hash[g] == extension_hash and length[g] == length[h] + 1
                 if in_beam:
                     continue
+                candidate = beam + h * num_extensions + k
                 score = (log_p_blank[h] if token == last[h] else total[h]) + top_values[k]
+                extension_score[candidate] = score
                 rank = score + token_penalty * (length[h] + 1)
-                selected = _insert(rank, h, token, score, best_rank, best_source, best_token, best_score, selected)
+                selected = _insert_sorted(rank, candidate, best_rank, best_candidate, selected)
 
-        for s in range(selected):
-            h = best_source[s]
-            token = best_token[s]
-            source[frame, s] = h
-            emitted[frame, s] = token
-            if token == _NO_TOKEN:
-                new_blank[s], new_token[s] = stay_blank[h], stay_token[h]
-                new_length[s], new_last[s] = length[h], last[h]
-                new_hash[s], new_parent[s] = prefix_hash[h], parent_hash[h]
-            else:
-                new_blank[s], new_token[s] = -np.inf, best_score[s]
-                new_length[s], new_last[s] = length[h] + 1, token
-                new_hash[s] = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
-                new_parent[s] = prefix_hash[h]
         if selected == 0:  # every path has probability 0: keep the prefixes, scored -inf
             for s in range(size):
                 source[frame, s] = s
                 log_p_blank[s], log_p_token[s] = stay_blank[s], stay_token[s]
             continue
+        for s in range(selected):
+            candidate = best_candidate[s]
+            if candidate < beam:
+                h = candidate
+                new_blank[s], new_token[s] = stay_blank[h], stay_token[h]
+                new_length[s], new_last[s] = length[h], last[h]
+                new_hash[s], new_parent[s] = prefix_hash[h], parent_hash[h]
+                emitted[frame, s] = _NO_TOKEN
+            else:
+                h, k = divmod(candidate - beam, num_extensions)
+                token = top_tokens[k]
+                new_blank[s], new_token[s] = -np.inf, extension_score[candidate]
+                new_length[s], new_last[s] = length[h] + 1, token
+                new_hash[s] = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
+                new_parent[s] = prefix_hash[h]
+                emitted[frame, s] = token
+            source[frame, s] = h
         size = selected
         log_p_blank[:size], log_p_token[:size] = new_blank[:size], new_token[:size]
         length[:size], last[:size] = new_length[:size], new_last[:size]
         prefix_hash[:size], parent_hash[:size] = new_hash[:size], new_parent[:size]
 
-    ranks = np.empty(size)
     totals = np.empty(size)
-    counts = np.empty(size, np.int64)
-    tokens = np.full((size, num_frames), _NO_TOKEN, np.int64)
     for s in range(size):
         totals[s] = _log_add(log_p_blank[s], log_p_token[s])
-        ranks[s] = totals[s] + token_penalty * length[s]
-        counts[s] = length[s]
-        slot = s
-        position = length[s]
-        for frame in range(num_frames - 1, -1, -1):
-            if emitted[frame, slot] != _NO_TOKEN:
-                position -= 1
-                tokens[s, position] = emitted[frame, slot]
-            slot = source[frame, slot]
+    ranks = totals + token_penalty * length[:size]
     order = np.argsort(-ranks, kind="mergesort")
-    return tokens[order], counts[order], ranks[order], totals[order]
+    tokens = _backtrack(source, emitted, order, length[order])
+    return tokens, length[order], ranks[order], totals[order]
 
 
 @numba.njit(cache=True)
-def _insert(rank, source, token, score, best_rank, best_source, best_token, best_score, selected):
-    """Insert a candidate into the sorted best list (kept to its capacity); return its
-    new size. Candidates of probability 0 are dropped; ties keep the earlier one."""
-    capacity = best_rank.shape[0]
-    if rank == -np.inf or not (selected < capacity or rank > best_rank[capacity - 1]):
-        return selected
-    position = min(selected, capacity - 1)
-    while position > 0 and best_rank[position - 1] < rank:
-        best_rank[position] = best_rank[position - 1]
-        best_source[position] = best_source[position - 1]
-        best_token[position] = best_token[position - 1]
-        best_score[position] = best_score[position - 1]
-        position -= 1
-    best_rank[position] = rank
-    best_source[position] = source
-    best_token[position] = token
-    best_score[position] = score
-    return min(selected + 1, capacity)
+def _backtrack(source, emitted, final_slots, counts):
+    """(L, T) tokens of the final hypotheses final_slots, row l holding counts[l] ids
+    (the rest _NO_TOKEN), followed back through the per-frame back-pointers."""
+    num_frames = source.shape[0]
+    tokens = np.full((final_slots.shape[0], num_frames), _NO_TOKEN, np.int64)
+    for row in range(final_slots.shape[0]):
+        slot = final_slots[row]
+        position = counts[row]
+        for frame in range(num_frames - 1, -1, -1):
+            if emitted[frame, slot] != _NO_TOKEN:
+                position -= 1
+                tokens[row, position] = emitted[frame, slot]
+            slot = source[frame, slot]
+    return tokens
