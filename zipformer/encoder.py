@@ -26,6 +26,29 @@ from zipformer.subsampling import MIN_INPUT_FRAMES, Conv2dSubsampling, subsample
 # Feature (channel) masking probabilities (facts 2.1).
 FEATURE_MASK_PROB = 0.125
 INITIAL_LAYERDROP_RATE = 0.5
+# Every stochastic regularizer inside the encoder, by the attribute that holds its
+# probability: whole-module skipping, layer skipping (bypass; the front end's ConvNeXt
+# layerdrop), positional-embedding skipping, the constant-attention substitution and the
+# dropouts (Dropout3.p, ActivationDropoutAndLinear.dropout_p; nn.Dropout by its type).
+REGULARIZER_ATTRIBUTES = (
+    "attention_skip_rate", "conv_skip_rate", "ff2_skip_rate", "ff3_skip_rate",
+    "const_attention_rate", "skip_rate", "layerdrop_rate", "pos_emb_skip_rate", "p", "dropout_p",
+)
+
+
+def scale_regularization(module: nn.Module, factor: float) -> None:
+    """Multiply every regularizer's probability in ``module`` by ``factor`` (once).
+
+    Shared schedules are replaced per owner by scaled copies, so each is scaled once.
+    """
+    for owner in list(module.modules()):
+        if isinstance(owner, nn.Dropout):
+            owner.p *= factor
+            continue
+        for name in REGULARIZER_ATTRIBUTES:
+            schedule = getattr(owner, name, None)
+            if isinstance(schedule, ScheduledFloat):
+                setattr(owner, name, schedule.scaled(factor))
 
 
 def padding_mask(lengths: Tensor, num_frames: int) -> Tensor:
@@ -160,6 +183,9 @@ class ZipformerEncoder(nn.Module):
                           DownsampledStack(stack, config.encoder_dim[i], factor))
         self.stacks = nn.ModuleList(stacks)
         self.downsample_output = SimpleDownsample(config.output_downsampling_factor)
+        self.feature_mask_prob = FEATURE_MASK_PROB * config.regularization_scale
+        if config.regularization_scale != 1.0:
+            scale_regularization(self, config.regularization_scale)
 
     @property
     def output_dim(self) -> int:
@@ -187,14 +213,15 @@ class ZipformerEncoder(nn.Module):
                        dtype: torch.dtype) -> List[Optional[Tensor]]:
         """Per-utterance channel masks (N, 1, d_i), the same draws for every stack.
 
-        Channels [u, u + (d - u) / 2) drop with probability 0.125; the top half
-        [u + (d - u) / 2, d) drops with them and also with an independent 0.125.
+        Channels [u, u + (d - u) / 2) drop with probability p = 0.125 x
+        regularization_scale; the top half [u + (d - u) / 2, d) drops with them and also
+        with an independent p.
         """
-        if not self.training:
+        if not self.training or self.feature_mask_prob == 0.0:
             return [None] * self.config.num_stacks
-        keep_low = (torch.rand(batch, 1, 1, device=device) >= FEATURE_MASK_PROB).to(dtype)
+        keep_low = (torch.rand(batch, 1, 1, device=device) >= self.feature_mask_prob).to(dtype)
         keep_high = keep_low * (torch.rand(batch, 1, 1, device=device)
-                                >= FEATURE_MASK_PROB).to(dtype)
+                                >= self.feature_mask_prob).to(dtype)
         masks = []
         for dim, unmasked in zip(self.config.encoder_dim, self.config.encoder_unmasked_dim):
             middle = unmasked + (dim - unmasked) // 2

@@ -48,6 +48,10 @@ class ZipformerConfig:
     pos_dim: int = 48
     output_downsampling_factor: int = 2
     warmup_batches: float = 4000.0
+    # Multiplies every stochastic regularizer of the encoder (dropouts, module and layer
+    # skipping, feature masks; facts 2.1): 1 keeps icefall's schedules, 0 turns them all
+    # off (short CPU runs of small models underfit, so regularization only slows them).
+    regularization_scale: float = 1.0
     subsampling_channels: Tuple[int, ...] = (8, 32, 128)
     # CTC model
     vocab_size: int = 500
@@ -102,6 +106,9 @@ class ZipformerConfig:
                 raise ValueError(f"stack {i}: cnn_module_kernel {kernel} must be odd")
             if heads < 1:
                 raise ValueError(f"stack {i}: num_heads must be >= 1, got {heads}")
+        if not 0.0 <= self.regularization_scale <= 1.0:
+            raise ValueError("regularization_scale must be in [0, 1], got "
+                             f"{self.regularization_scale}")
         if self.pos_dim % 2 != 0:
             raise ValueError(f"pos_dim must be even, got {self.pos_dim}")
 

@@ -62,6 +62,11 @@ class ScheduledFloat(nn.Module):
             return self.default
         return self.value_at(self.batch_count)
 
+    def scaled(self, factor: float) -> "ScheduledFloat":
+        """A new schedule with every value (and the default) multiplied by ``factor``."""
+        return ScheduledFloat(*[(x, y * factor) for x, y in self.points],
+                              default=self.default * factor)
+
     def extra_repr(self) -> str:
         return f"points={self.points}, default={self.default}, batch_count={self.batch_count}"
 

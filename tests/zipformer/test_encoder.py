@@ -7,10 +7,11 @@ import torch
 
 from zipformer.attention import CompactRelPositionalEncoding, relative_to_absolute
 from zipformer.encoder import (
-    SimpleDownsample, ZipformerEncoder, convert_num_channels, encoder_output_lengths,
+    REGULARIZER_ATTRIBUTES, SimpleDownsample, ZipformerEncoder, convert_num_channels,
+    encoder_output_lengths,
 )
 from zipformer.presets import get_preset
-from zipformer.scaling import set_batch_count
+from zipformer.scaling import ScheduledFloat, set_batch_count
 
 
 # The six-stack layout of M (downsampling up to 8) at a few hundred thousand parameters.
@@ -143,3 +144,56 @@ def test_sequence_level_skips_follow_the_staggered_schedule():
     set_batch_count(encoder, 1e6)
     rates = [float(stack.stack.layers[0].bypass.skip_rate) for stack in encoder.stacks[1:4]]
     assert rates == pytest.approx([0.035 * math.sqrt(f) for f in (2, 4, 8)])
+
+
+def _regularizer_values(encoder, batch_count):
+    """Every regularizer probability of ``encoder`` at ``batch_count``, by module path."""
+    values = {}
+    for path, owner in encoder.named_modules():
+        if isinstance(owner, torch.nn.Dropout):
+            values[path] = owner.p
+        for name in REGULARIZER_ATTRIBUTES:
+            schedule = getattr(owner, name, None)
+            if isinstance(schedule, ScheduledFloat):
+                values[f"{path}.{name}"] = schedule.value_at(batch_count)
+    return values
+
+
+def test_regularization_scale_multiplies_every_regularizer_once():
+    torch.manual_seed(0)
+    full = ZipformerEncoder(get_preset("tiny", **SIX_STACKS))
+    half = ZipformerEncoder(get_preset("tiny", regularization_scale=0.5, **SIX_STACKS))
+    assert half.feature_mask_prob == pytest.approx(full.feature_mask_prob / 2)
+    for count in (0.0, 1500.0, 5000.0, 30000.0):
+        expected = _regularizer_values(full, count)
+        # Skip rates, dropouts, layerdrops of every kind are among them.
+        assert sum(v > 0 for v in expected.values()) >= 20
+        got = _regularizer_values(half, count)
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value / 2), key
+
+
+def _train_outputs(encoder, seed):
+    torch.manual_seed(seed)
+    features = torch.randn(3, 120, 80, generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor([120, 100, 64])
+    return encoder(features, lengths)[0]
+
+
+def test_regularization_scale_zero_makes_training_forward_deterministic():
+    torch.manual_seed(0)
+    regularized = ZipformerEncoder(get_preset("tiny", **SIX_STACKS)).train()
+    torch.manual_seed(0)
+    plain = ZipformerEncoder(get_preset("tiny", regularization_scale=0.0, **SIX_STACKS)).train()
+    set_batch_count(regularized, 100.0)
+    set_batch_count(plain, 100.0)
+    with torch.no_grad():
+        assert not torch.equal(_train_outputs(regularized, 1), _train_outputs(regularized, 2))
+        assert torch.equal(_train_outputs(plain, 1), _train_outputs(plain, 2))
+
+
+@pytest.mark.parametrize("scale", [-0.1, 1.5])
+def test_regularization_scale_out_of_range_is_named(scale):
+    with pytest.raises(ValueError, match="regularization_scale"):
+        get_preset("tiny", regularization_scale=scale)
