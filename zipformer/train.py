@@ -184,12 +184,13 @@ def build_train_data(options: DataOptions, tokenizer: Tokenizer, dist: Distribut
 
 def no_batches_message(options: DataOptions, filter_summary: str, world_size: int) -> str:
     ranks = f" shared by {world_size} ranks" if world_size > 1 else ""
+    dropped = " (each bucket's last, incomplete batch is dropped)" if options.drop_last else ""
     return (
         f"no training batches from data.train_cuts={options.train_cuts}: {filter_summary}; "
         f"batches of data.max_duration={options.max_duration:g} s{ranks} in data.num_buckets="
-        f"{options.num_buckets} buckets, data.drop_last={options.drop_last} (each bucket's last, "
-        f"incomplete batch is dropped). Lower data.max_duration or data.num_buckets, set "
-        f"data.drop_last=false, or widen data.min_cut_duration/data.max_cut_duration"
+        f"{options.num_buckets} buckets, data.drop_last={options.drop_last}{dropped}. Lower "
+        f"data.max_duration or data.num_buckets{', set data.drop_last=false' if options.drop_last else ''}, "
+        f"or widen data.min_cut_duration/data.max_cut_duration"
     )
 
 
