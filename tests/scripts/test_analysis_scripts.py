@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
@@ -47,3 +49,30 @@ def test_head_loss_benchmark_measures_less_memory_for_pruned_ctc(tmp_path):
     assert float(rows["standard"]["activation_mb"]) > 100
     assert float(rows["pruned"]["activation_mb"]) < float(rows["standard"]["activation_mb"]) / 3
     assert (tmp_path / "head_loss_cpu.png").exists()
+
+
+def test_training_benchmark_times_the_presets_model_with_each_loss(tmp_path):
+    import dataclasses
+
+    from zipformer.model import CTCModel
+    from zipformer.run_config import load_run_config
+
+    preset = SCRIPTS.parent / "egs/mini/conf/train.yaml"
+    overrides = ["model.preset=tiny", "data.max_duration=6"]
+    run("benchmark_training.py", "--config", str(preset), "--threads", "1", "--warmup", "1", "--steps", "2",
+        "--vocab-size", "40", "--output-dir", str(tmp_path), *overrides)
+    rows = {r["ctc_loss"]: r for r in read_csv(tmp_path / "training_cpu.csv")}
+    assert set(rows) == {"pruned", "standard"}
+    config = load_run_config(preset, overrides)
+    expected_params = CTCModel(dataclasses.replace(config.model, vocab_size=40, blank_id=0)).num_parameters()
+    for row in rows.values():
+        assert int(row["threads"]) == 1 and int(row["params"]) == expected_params
+        audio_per_batch = float(row["audio_s_per_batch"])
+        assert 2.0 <= audio_per_batch <= 6.0  # utterances of 2-4 s, batches up to max_duration
+        assert float(row["audio_s_per_s"]) == pytest.approx(
+            float(row["batches_per_s"]) * audio_per_batch, rel=0.02)
+        assert 0 < float(row["peak_rss_after_warmup_mib"]) <= float(row["peak_rss_mib"])
+        assert float(row["cpu_s_per_step"]) > 0
+    report = (tmp_path / "training_cpu.md").read_text()
+    assert "Command: `python" in report and "Load average" in report
+    assert "`egs/mini/conf/train.yaml` with model.preset=tiny data.max_duration=6" in report
