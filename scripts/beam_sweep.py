@@ -7,35 +7,84 @@ FP64. The estimated discarded alignment posterior mass of utterance n is
 delta_n = -expm1(-(L_beta,n - L_n)), and the required beam of a batch is the smallest
 tested beam with max_n delta_n <= 1e-11 (the paper's criterion).
 
-Inputs need no corpus: synthetic batches of utterances with exactly 100 encoder frames and
-about 25 Zipf-distributed target tokens (App. D.2), head-input states drawn like those of
-a randomly initialized model (unit-variance entries, head weights with variance 1/D).
+Two kinds of input:
 
-Example (the committed CPU grid):
+- synthetic (the default, no corpus needed): batches of utterances with exactly 100
+  encoder frames and about 25 Zipf-distributed target tokens (App. D.2), head-input
+  states drawn like those of a randomly initialized model (unit-variance entries, head
+  weights with variance 1/D); one batch per (V, M, seed).
+- ``--cuts``: real fbank features of a Lhotse cut manifest (default: the egs/mini training
+  cuts) fed through a randomly initialized Zipformer CTC model (``--preset``, eval mode,
+  one initialization per seed) as in the paper's GigaSpeech analysis, targets tokenized
+  with the lang dir's BPE model (``--lang-dir``). Consecutive cuts whose targets fit
+  their encoder frames fill batches of up to ``--max-duration`` seconds; no augmentation.
+  Outputs are named ``*_real_<preset>_v<V>_<device>``.
+
+Examples (the committed CPU results):
     python scripts/beam_sweep.py --vocab-sizes 500 2000 10000 50000 100000 \\
         --frames 2000 4000 --seeds 0 1 2 --output-dir benchmarks/beam_sweep
+    python scripts/beam_sweep.py --cuts --seeds 0 1 2 --output-dir benchmarks/beam_sweep
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Dict, Iterator, List, Optional
 
 import torch
 
+REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO))
 from bench_io import (add_grid_arguments, provenance_lines, write_csv,  # noqa: E402
                       write_text)
 from benchmark_head_loss import make_batch  # noqa: E402
 
 from pruned_ctc.alignment import align  # noqa: E402
 from pruned_ctc.inputs import prepare_batch  # noqa: E402
+from pruned_ctc.loss import pack_frames  # noqa: E402
 from pruned_ctc.vocab_chunks import SelectedLogProbs  # noqa: E402
 
 CRITERION = 1e-11
+MINI_CUTS = REPO / "egs/mini/data/full/fbank/librispeech_cuts_train-clean-100.jsonl.gz"
+MINI_LANG_DIR = REPO / "egs/mini/data/full/lang_bpe_128"
+MAKE_MINI_DATA = "cd egs/mini && ./run.sh --stop-stage 3"
+
+
+def discarded_mass_of_head_input(encoder_out: torch.Tensor, frame_counts: torch.Tensor,
+                                 weight: torch.Tensor, bias: torch.Tensor, targets,
+                                 beams: List[float], chunk_size: int, target_lengths=None,
+                                 blank_id: int = 0) -> Dict[float, torch.Tensor]:
+    """{beam: delta (N,) float64} for head input (N, T, D) with T_n = frame_counts[n].
+
+    An utterance whose retained lattice is empty has lost all its mass: delta_n = 1.
+    """
+    batch = prepare_batch(encoder_out, weight.shape[0], targets, frame_counts, target_lengths,
+                          blank_id)
+    if not bool(batch.alignable.all()):
+        raise ValueError(f"{int((~batch.alignable).sum())} utterances have fewer frames than "
+                         "their targets need")
+    with torch.no_grad():
+        selected = SelectedLogProbs.apply(pack_frames(encoder_out, batch.frame_counts), weight,
+                                          bias, batch.selected_classes, chunk_size)
+    offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
+
+    def retained(beam):
+        return align(selected, offsets, batch.frame_counts, batch.relabeled_targets,
+                     batch.target_lengths, batch.alignable, beam, False)
+
+    exact = retained(None)
+    deltas = {}
+    for beam in beams:
+        result = retained(beam)
+        delta = -torch.expm1(-(result.losses - exact.losses))
+        deltas[beam] = torch.where(result.empty_lattice, torch.ones_like(delta), delta)
+    return deltas
 
 
 def discarded_mass(vocab_size: int, num_frames: int, seed: int, beams: list[float],
@@ -43,19 +92,138 @@ def discarded_mass(vocab_size: int, num_frames: int, seed: int, beams: list[floa
     """{beam: delta (N,) float64} for one synthetic batch."""
     encoder_out, weight, bias, targets, frame_counts, target_lengths = make_batch(
         vocab_size, num_frames, dim, device, seed=seed)
-    batch = prepare_batch(encoder_out, vocab_size, targets, frame_counts, target_lengths, 0)
-    with torch.no_grad():
-        frames = encoder_out.reshape(-1, dim)
-        selected = SelectedLogProbs.apply(frames, weight, bias, batch.selected_classes,
-                                          chunk_size)
-    offsets = torch.cumsum(frame_counts, 0) - frame_counts
+    return discarded_mass_of_head_input(encoder_out, frame_counts, weight, bias, targets, beams,
+                                        chunk_size, target_lengths)
 
-    def losses(beam):
-        return align(selected, offsets, frame_counts, batch.relabeled_targets,
-                     batch.target_lengths, batch.alignable, beam, False).losses
 
-    exact = losses(None)
-    return {beam: -torch.expm1(-(losses(beam) - exact)) for beam in beams}
+def check_real_inputs(cuts: Path, lang_dir: Path) -> None:
+    """SystemExit naming what is missing and how to make it."""
+    for option, path in (("--cuts", cuts), ("--lang-dir", lang_dir)):
+        if not path.exists():
+            raise SystemExit(f"{option}: {path} does not exist. The mini corpus's features "
+                             f"and BPE models ({MINI_CUTS.relative_to(REPO)}, "
+                             f"{MINI_LANG_DIR.relative_to(REPO)}) are made by `{MAKE_MINI_DATA}`; "
+                             "another corpus's can be given with --cuts and --lang-dir")
+
+
+def features_root(cut, manifest: Path) -> Optional[Path]:
+    """Where a cut's relative feature paths start: recipes store them relative to the
+    recipe folder (where run.sh ran), so the manifest's nearest ancestor holding them;
+    None if they resolve from the working directory."""
+    storage = Path(cut.features.storage_path)
+    if storage.is_absolute() or storage.exists():
+        return None
+    for ancestor in manifest.resolve().parents:
+        if (ancestor / storage).exists():
+            return ancestor
+    raise FileNotFoundError(f"{manifest}: cut {cut.id}'s features {storage} are found neither "
+                            "from the working directory nor from any folder above the manifest")
+
+
+def real_feature_batches(manifest: Path, tokenizer, max_duration: float,
+                         num_batches: int) -> Iterator[dict]:
+    """Batches of consecutive cuts (up to ``max_duration`` seconds) whose BPE targets fit
+    their encoder frames, as zipformer.data.AsrDataset yields them plus ``targets``."""
+    from lhotse import CutSet, load_manifest_lazy
+
+    from zipformer.cut_filters import cut_num_frames, cut_text, is_alignable
+    from zipformer.data import AsrDataset
+
+    dataset = AsrDataset()
+    root: Optional[Path] = None
+    pending, seconds, produced = [], 0.0, 0
+
+    def collate(cuts):
+        batch = dataset[CutSet.from_cuts(cuts)]
+        batch["targets"] = tokenizer.encode(batch["texts"])
+        return batch
+
+    for index, cut in enumerate(load_manifest_lazy(manifest)):
+        if index == 0:
+            root = features_root(cut, manifest)
+        targets = tokenizer.encode([cut_text(cut)])[0]
+        if not targets or not is_alignable(cut_num_frames(cut), targets):
+            continue
+        if root is not None:
+            cut = cut.with_features_path_prefix(str(root))
+        if pending and seconds + cut.duration > max_duration:
+            yield collate(pending)
+            produced += 1
+            if produced == num_batches:
+                return
+            pending, seconds = [], 0.0
+        pending.append(cut)
+        seconds += cut.duration
+    if pending:
+        yield collate(pending)
+
+
+def sweep_real_features(args, beams: List[float]):
+    """Rows per (initialization, batch, beam) and the required beam per batch."""
+    from zipformer.model import CTCModel
+    from zipformer.presets import get_preset
+    from zipformer.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(args.lang_dir)
+    batches = list(real_feature_batches(args.cuts, tokenizer, args.max_duration, args.num_batches))
+    if not batches:
+        raise SystemExit(f"--cuts {args.cuts}: no cut has targets that fit its frames")
+    rows, required = [], []
+    started = time.time()
+    total = len(args.seeds) * len(batches)
+    for seed in args.seeds:
+        torch.manual_seed(seed)
+        model = CTCModel(get_preset(args.preset, vocab_size=tokenizer.vocab_size,
+                                    blank_id=tokenizer.blank_id)).to(args.device).eval()
+        args.params = model.num_parameters()
+        for number, batch in enumerate(batches):
+            with torch.no_grad():
+                encoder_out, frame_counts = model.encode(batch["features"].to(args.device),
+                                                         batch["feature_lens"].to(args.device))
+            deltas = discarded_mass_of_head_input(
+                encoder_out, frame_counts, model.head.weight.detach(), model.head.bias.detach(),
+                batch["targets"], beams, args.chunk_size, blank_id=tokenizer.blank_id)
+            described = dict(seed=seed, batch=number, utterances=len(batch["targets"]),
+                             audio_s=round(batch["feature_lens"].sum().item() / 100, 2),
+                             frames=int(frame_counts.sum()), vocab_size=tokenizer.vocab_size,
+                             selected_classes=1 + len({t for ids in batch["targets"] for t in ids}))
+            needed = record(rows, required, described, deltas, beams)
+            done = len(required)
+            elapsed = time.time() - started
+            print(f"[{done}/{total}] seed {seed} batch {number} ({described['utterances']} "
+                  f"utterances, M={described['frames']}): required beam {needed} (elapsed "
+                  f"{elapsed:.0f} s, ETA {elapsed / done * (total - done):.0f} s)", flush=True)
+    return rows, required
+
+
+def record(rows: list, required: list, described: dict, deltas: Dict[float, torch.Tensor],
+           beams: List[float]) -> Optional[float]:
+    """Appends one batch's per-beam rows and its required beam; returns the latter."""
+    needed = next((b for b in beams if float(deltas[b].max()) <= CRITERION), None)
+    required.append(dict(described, required_beam=needed if needed is not None else ""))
+    for beam in beams:
+        delta = deltas[beam]
+        rows.append(dict(described, beam=beam, utterances=delta.numel(),
+                         max_delta=f"{float(delta.max()):.3e}",
+                         above_criterion=int((delta > CRITERION).sum())))
+    return needed
+
+
+def sweep_synthetic(args, beams: List[float]):
+    rows, required = [], []
+    configurations = [(v, m, s) for m in args.frames for v in args.vocab_sizes
+                      for s in args.seeds]
+    started = time.time()
+    for index, (vocab_size, frames, seed) in enumerate(configurations, 1):
+        deltas = discarded_mass(vocab_size, frames, seed, beams, args.dim, args.chunk_size,
+                                args.device)
+        needed = record(rows, required, dict(vocab_size=vocab_size, frames=frames, seed=seed),
+                        deltas, beams)
+        elapsed = time.time() - started
+        print(f"[{index}/{len(configurations)}] V={vocab_size} M={frames} seed={seed}: "
+              f"required beam {needed} (elapsed {elapsed:.0f} s, ETA "
+              f"{elapsed / index * (len(configurations) - index):.0f} s)", flush=True)
+    return rows, required
 
 
 def main() -> None:
@@ -64,45 +232,58 @@ def main() -> None:
     add_grid_arguments(parser)
     parser.add_argument("--beams", type=float, nargs="+",
                         default=[float(b) for b in range(10, 151, 10)])
-    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--dim", type=int, default=512, help="synthetic head-input dimension D")
     parser.add_argument("--chunk-size", type=int, default=4096)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/beam_sweep"))
+    real = parser.add_argument_group("real features (--cuts)")
+    real.add_argument("--cuts", type=Path, nargs="?", const=MINI_CUTS, default=None,
+                      help=f"cut manifest with features (alone: {MINI_CUTS.relative_to(REPO)}); "
+                      "--vocab-sizes, --frames and --dim then do not apply")
+    real.add_argument("--lang-dir", type=Path, default=MINI_LANG_DIR,
+                      help="lang dir with bpe.model (or a char tokens.txt): the targets and V")
+    real.add_argument("--preset", default="mini", help="Zipformer preset, randomly initialized")
+    real.add_argument("--max-duration", type=float, default=60.0, help="seconds of audio per batch")
+    real.add_argument("--num-batches", type=int, default=10)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     beams = sorted(args.beams)
-
-    rows, required = [], []
-    configurations = [(v, m, s) for m in args.frames for v in args.vocab_sizes
-                      for s in args.seeds]
-    started = time.time()
-    for index, (vocab_size, frames, seed) in enumerate(configurations, 1):
-        deltas = discarded_mass(vocab_size, frames, seed, beams, args.dim, args.chunk_size,
-                                args.device)
-        needed = next((b for b in beams if float(deltas[b].max()) <= CRITERION), None)
-        required.append(dict(vocab_size=vocab_size, frames=frames, seed=seed,
-                             required_beam=needed if needed is not None else ""))
-        for beam in beams:
-            delta = deltas[beam]
-            rows.append(dict(vocab_size=vocab_size, frames=frames, seed=seed, beam=beam,
-                             utterances=delta.numel(), max_delta=f"{float(delta.max()):.3e}",
-                             above_criterion=int((delta > CRITERION).sum())))
-        elapsed = time.time() - started
-        print(f"[{index}/{len(configurations)}] V={vocab_size} M={frames} seed={seed}: "
-              f"required beam {needed} (elapsed {elapsed:.0f} s, ETA "
-              f"{elapsed / index * (len(configurations) - index):.0f} s)", flush=True)
+    if args.cuts is not None:
+        check_real_inputs(args.cuts, args.lang_dir)
+        rows, required = sweep_real_features(args, beams)
+    else:
+        rows, required = sweep_synthetic(args, beams)
     write_outputs(rows, required, beams, args)
 
 
 def write_outputs(rows, required, beams, args) -> None:
     output = args.output_dir
     output.mkdir(parents=True, exist_ok=True)
+    # A real-feature run is named by its model and vocabulary: runs of several coexist.
+    tag = f"real_{args.preset}_v{rows[0]['vocab_size']}_" if args.cuts is not None else ""
     for name, table in (("discarded_mass", rows), ("required_beam", required)):
-        write_csv(table, output / f"{name}_{args.device}.csv")
-    lines = [f"# Alignment-beam sweep ({args.device})", ""] + provenance_lines(args.device) + [
-             "",
-             f"Required beam = smallest tested beam with max_n delta_n <= {CRITERION:g}; "
+        write_csv(table, output / f"{name}_{tag}{args.device}.csv")
+    title = "real features through a random Zipformer" if args.cuts is not None else "synthetic"
+    lines = [f"# Alignment-beam sweep, {title} ({args.device})", ""] + provenance_lines(
+        args.device) + [""]
+    lines += real_summary(required, args) if args.cuts is not None else synthetic_summary(
+        required, args)
+    lines += ["", "Largest delta_n over all batches per beam:", "",
+              "| beam | max delta_n | utterances above criterion |", "|---|---|---|"]
+    for beam in beams:
+        selected = [r for r in rows if r["beam"] == beam]
+        largest = max(float(r["max_delta"]) for r in selected)
+        above = sum(r["above_criterion"] for r in selected)
+        total = sum(r["utterances"] for r in selected)
+        lines.append(f"| {beam:g} | {largest:.2e} | {above} / {total} |")
+    write_text("\n".join(lines) + "\n", output / f"results_{tag}{args.device}.md")
+    plot(rows, beams, "seed" if args.cuts is not None else "vocab_size",
+         output / f"beam_sweep_{tag}{args.device}.png")
+
+
+def synthetic_summary(required, args) -> List[str]:
+    lines = [f"Required beam = smallest tested beam with max_n delta_n <= {CRITERION:g}; "
              "min / median / max over seeds.", "",
              "| M | V | required beam (min / median / max) |", "|---|---|---|"]
     for frames in args.frames:
@@ -113,30 +294,53 @@ def write_outputs(rows, required, beams, args) -> None:
             if values:
                 lines.append(f"| {frames} | {vocab_size} | {values[0]:g} / "
                              f"{values[len(values) // 2]:g} / {values[-1]:g} |")
-    lines += ["", "Largest delta_n over all batches per beam:", "",
-              "| beam | max delta_n | utterances above criterion |", "|---|---|---|"]
-    for beam in beams:
-        selected = [r for r in rows if r["beam"] == beam]
-        largest = max(float(r["max_delta"]) for r in selected)
-        above = sum(r["above_criterion"] for r in selected)
-        total = sum(r["utterances"] for r in selected)
-        lines.append(f"| {beam:g} | {largest:.2e} | {above} / {total} |")
-    write_text("\n".join(lines) + "\n", output / f"results_{args.device}.md")
-    plot(rows, beams, output / f"beam_sweep_{args.device}.png")
+    return lines
 
 
-def plot(rows, beams, path: Path) -> None:
+def real_summary(required, args) -> List[str]:
+    first = [r for r in required if r["seed"] == args.seeds[0]]
+    utterances = sum(r["utterances"] for r in first)
+    audio = sum(r["audio_s"] for r in first)
+    lines = [f"Cuts `{display(args.cuts)}`, targets from `{display(args.lang_dir)}` "
+             f"(V = {required[0]['vocab_size']}); {len(first)} batches of consecutive cuts up "
+             f"to {args.max_duration:g} s ({utterances} utterances, {audio:.0f} s of audio, "
+             f"M = {min(r['frames'] for r in first)}-{max(r['frames'] for r in first)} encoder "
+             f"frames, K = {min(r['selected_classes'] for r in first)}-"
+             f"{max(r['selected_classes'] for r in first)}); no augmentation. Zipformer preset "
+             f"`{args.preset}` ({args.params:,} parameters), randomly initialized with each seed, "
+             "eval mode (no dropout), FP32 head input.", "",
+             f"Required beam = smallest tested beam with max_n delta_n <= {CRITERION:g} for the "
+             "batch; per initialization, min / median / max over the batches.", "",
+             "| seed | batches | required beam (min / median / max) | batches not meeting it "
+             "at any beam |", "|---|---|---|---|"]
+    for seed in args.seeds:
+        own = [r["required_beam"] for r in required if r["seed"] == seed]
+        values = sorted(v for v in own if v != "")
+        span = (f"{values[0]:g} / {statistics.median_low(values):g} / {values[-1]:g}"
+                if values else "-")
+        lines.append(f"| {seed} | {len(own)} | {span} | {len(own) - len(values)} |")
+    return lines
+
+
+def display(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def plot(rows, beams, series: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(6, 4))
-    for vocab_size in sorted({r["vocab_size"] for r in rows}):
+    for value in sorted({r[series] for r in rows}):
         largest = [max(float(r["max_delta"]) for r in rows
-                       if r["beam"] == b and r["vocab_size"] == vocab_size) for b in beams]
-        axis.semilogy(beams, [max(x, 1e-18) for x in largest], marker="o",
-                      label=f"V = {vocab_size:,}")
+                       if r["beam"] == b and r[series] == value) for b in beams]
+        label = f"V = {value:,}" if series == "vocab_size" else f"{series} {value}"
+        axis.semilogy(beams, [max(x, 1e-18) for x in largest], marker="o", label=label)
     axis.axhline(CRITERION, color="gray", linestyle="--", label="1e-11")
     axis.axvline(100, color="black", linestyle=":", label="training beam 100")
     axis.set_xlabel("alignment beam")

@@ -76,3 +76,78 @@ def test_training_benchmark_times_the_presets_model_with_each_loss(tmp_path):
     report = (tmp_path / "training_cpu.md").read_text()
     assert "Command: `python" in report and "Load average" in report
     assert "`egs/mini/conf/train.yaml` with model.preset=tiny data.max_duration=6" in report
+
+
+def load_cut_corpus_builder():
+    """tests/zipformer/conftest.py's corpus writer (loaded by path: the name zipformer is
+    the package's)."""
+    import importlib.util
+
+    path = SCRIPTS.parent / "tests/zipformer/conftest.py"
+    spec = importlib.util.spec_from_file_location("zipformer_test_corpus", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_cut_corpus
+
+
+def test_beam_sweep_on_real_features_reads_a_recipes_relative_feature_paths(tmp_path):
+    import gzip
+    import json
+
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    cuts = {f"utt-{i}": (2.0 + 0.5 * i, text) for i, text in
+            enumerate(["HELLO WORLD", "A SMALL TEST", "BEAMS AND LATTICES", "ONE MORE"])}
+    corpus = load_cut_corpus_builder()(recipe, train=cuts, valid={"v": (1.5, "V")})
+    lang_dir = tmp_path / "lang_char"
+    lang_dir.mkdir()
+    (lang_dir / "tokens.txt").write_text(corpus["tokens"].read_text())
+    # As a recipe writes them: feature paths relative to the recipe folder.
+    manifest = recipe / "data/fbank/cuts_train.jsonl.gz"
+    manifest.parent.mkdir(parents=True)
+    with gzip.open(corpus["train"], "rt") as source, gzip.open(manifest, "wt") as target:
+        for line in source:
+            cut = json.loads(line)
+            cut["features"]["storage_path"] = str(Path(cut["features"]["storage_path"]).relative_to(recipe))
+            target.write(json.dumps(cut) + "\n")
+    output = tmp_path / "out"
+    run("beam_sweep.py", "--cuts", str(manifest), "--lang-dir", str(lang_dir), "--preset", "tiny",
+        "--seeds", "0", "1", "--beams", "3", "150", "--max-duration", "6", "--output-dir", str(output))
+    required = read_csv(output / "required_beam_real_tiny_v29_cpu.csv")
+    assert {r["seed"] for r in required} == {"0", "1"}
+    assert sum(int(r["utterances"]) for r in required if r["seed"] == "0") == len(cuts)
+    by_beam = {}
+    for row in read_csv(output / "discarded_mass_real_tiny_v29_cpu.csv"):
+        by_beam[float(row["beam"])] = max(by_beam.get(float(row["beam"]), 0.0), float(row["max_delta"]))
+    assert by_beam[150.0] <= 1e-11 < by_beam[3.0]
+    assert "randomly initialized" in (output / "results_real_tiny_v29_cpu.md").read_text()
+
+
+def test_beam_sweep_names_the_missing_corpus_and_how_to_make_it(tmp_path):
+    missing = tmp_path / "no_cuts.jsonl.gz"
+    completed = subprocess.run([sys.executable, str(SCRIPTS / "beam_sweep.py"), "--cuts", str(missing)],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode != 0
+    assert str(missing) in completed.stderr
+    assert "cd egs/mini && ./run.sh --stop-stage 3" in completed.stderr
+
+
+def test_full_step_benchmark_pruned_ctc_matches_standard_loss_with_less_memory(tmp_path):
+    frames, vocab_size = 400, 40000
+    run("benchmark_full_step.py", "--preset", "tiny", "--grid", f"{frames}:{vocab_size}", "--warmup", "0",
+        "--steps", "1", "--output-dir", str(tmp_path))
+    rows = {r["method"]: r for r in read_csv(tmp_path / "full_step_cpu.csv")}
+    assert set(rows) == {"standard", "pruned"}
+    standard, pruned = rows["standard"], rows["pruned"]
+    assert standard["initial_checksum"] == pruned["initial_checksum"]
+    first_standard, first_pruned = float(standard["first_step_loss"]), float(pruned["first_step_loss"])
+    assert first_pruned == pytest.approx(first_standard, rel=1e-5)
+    # Standard CTC holds logits, log-probs and their gradients: several (M, V) FP32 arrays
+    # of 400 x 40,000 x 4 bytes = 61 MiB; Pruned CTC one (M, 4096) block at a time.
+    array_mib = frames * vocab_size * 4 / 2 ** 20
+    assert float(standard["peak_mib"]) - float(pruned["peak_mib"]) > 2 * array_mib
+    (summary,) = read_csv(tmp_path / "summary_cpu.csv")
+    assert float(summary["memory_reduction"]) > 1.5
+    assert float(summary["first_loss_rel_diff"]) < 1e-5
+    report = (tmp_path / "results_cpu.md").read_text()
+    assert "Command: `python" in report and "Load average" in report and "| 400 | 40,000 |" in report
