@@ -14,7 +14,9 @@ utterance drawn from a Zipf-like distribution over the V classes.
 
 For each ``M:V1,V2,...`` of the grid, standard CTC runs at V1, V2, ... (descending) until a
 step fits in memory; Pruned CTC then runs at that V: the largest tested vocabulary that
-standard CTC fits, as in Table 1. Each (method, M, V) runs in a fresh process.
+standard CTC fits, as in Table 1 (on CPU a V is skipped untried when standard CTC's head
+and loss alone, 4MV + 640M FP32 values by App. D.2's model, exceed the available host
+memory). Each (method, M, V) runs in a fresh process.
 
 Memory is the peak above the process's state before the model was built (torch loaded,
 batches in host memory): model, optimizer state, activations, gradients and workspace. On
@@ -190,7 +192,7 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
     memory_steps = args.memory_steps if cpu else 0
     first_memory = 1 if cpu else args.warmup
     first_timed = first_memory + memory_steps + args.warmup if cpu else args.warmup
-    losses, seconds = [], []
+    losses, seconds, cpu_seconds = [], [], []
     for step in range(first_timed + args.steps):
         if step == first_memory:
             resident = memory_mib(args.device, peak=False)
@@ -200,10 +202,11 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
             keep_freed_memory_for_reuse()
         batch = batches[step % len(batches)]
         synchronize(args.device)
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.process_time()
         loss_sum, _, excluded = training_step(run, batch, args.start_batch + step + 1)
         synchronize(args.device)
         seconds.append(time.perf_counter() - began)
+        cpu_seconds.append(time.process_time() - cpu_began)
         losses.append(loss_sum)
         if excluded:
             raise RuntimeError(f"step {step}: {excluded} utterances excluded from the loss")
@@ -219,12 +222,32 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
                 first_step_loss=losses[0], last_step_loss=losses[-1],
                 losses=" ".join(f"{x:.8g}" for x in losses),
                 step_s=statistics.median(timed), step_times_s=" ".join(f"{t:.3f}" for t in timed),
+                cpu_step_s=statistics.median(cpu_seconds[first_timed:]),
+                cpu_step_times_s=" ".join(f"{t:.3f}" for t in cpu_seconds[first_timed:]),
                 memory_steps=memory_steps,
                 resident_mib=round(resident - baseline, 1), peak_mib=round(peak - baseline, 1))
 
 
+def available_host_mib() -> float:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("MemAvailable not found in /proc/meminfo")
+
+
+def standard_ctc_head_mib(frames: int, vocab_size: int) -> float:
+    """Standard CTC's head and loss memory, 4MV + 640M FP32 values (paper App. D.2)."""
+    return (4 * frames * vocab_size + 640 * frames) * 4 / 2 ** 20
+
+
 def run_configuration(args: argparse.Namespace, method: str, frames: int, vocab_size: int) -> Optional[dict]:
-    """Runs one configuration in a fresh process; None if it ran out of memory."""
+    """Runs one configuration in a fresh process; None if it ran out of memory (on CPU: if
+    standard CTC's head and loss alone would not fit in the available host memory, which
+    is not tried, so that the kernel's OOM killer never picks a process on a shared host)."""
+    if args.device == "cpu" and method == "standard":
+        if standard_ctc_head_mib(frames, vocab_size) > available_host_mib():
+            return None
     child = [sys.executable, str(Path(__file__).resolve()), "--worker", f"{method},{frames},{vocab_size}",
              "--device", args.device, "--preset", args.preset, "--precision", args.precision,
              "--warmup", str(args.warmup), "--steps", str(args.steps), "--memory-steps",
@@ -252,14 +275,18 @@ def paired_rows(rows: List[dict]) -> List[dict]:
         standard, pruned = by_key.get((frames, vocab_size, "standard")), by_key.get((frames, vocab_size, "pruned"))
         if not (standard and pruned):
             continue
-        standard_times = [float(t) for t in standard["step_times_s"].split()]
-        pruned_times = [float(t) for t in pruned["step_times_s"].split()]
+        def paired_ratio(column):
+            return statistics.median(float(p) / float(s) for p, s in zip(
+                pruned[column].split(), standard[column].split()))
+
         summary.append(dict(
             frames=frames, vocab_size=vocab_size, selected_classes=pruned["selected_classes"],
             standard_peak_gib=standard["peak_mib"] / 1024, pruned_peak_gib=pruned["peak_mib"] / 1024,
             memory_reduction=standard["peak_mib"] / pruned["peak_mib"],
             standard_step_s=standard["step_s"], pruned_step_s=pruned["step_s"],
-            time_ratio=statistics.median(p / s for p, s in zip(pruned_times, standard_times)),
+            time_ratio=paired_ratio("step_times_s"),
+            standard_cpu_step_s=standard["cpu_step_s"], pruned_cpu_step_s=pruned["cpu_step_s"],
+            cpu_time_ratio=paired_ratio("cpu_step_times_s"),
             standard_first_loss=standard["first_step_loss"], pruned_first_loss=pruned["first_step_loss"],
             first_loss_rel_diff=abs(pruned["first_step_loss"] - standard["first_step_loss"])
             / abs(standard["first_step_loss"]),
@@ -286,21 +313,23 @@ def write_results(rows: List[dict], failures: List[str], args: argparse.Namespac
              f"batches of {FRAMES_PER_UTTERANCE}-frame utterances ({FEATURE_FRAMES} fbank frames, "
              f"{TOKENS_PER_UTTERANCE} Zipf tokens each), {args.num_batches} distinct batches in "
              f"order; {steps_text(args)} per configuration, each in a fresh process. Memory: "
-             f"{unit} (model, optimizer state, "
-             "activations, gradients), GiB. Time: median per step; ratio: median of the paired "
-             "per-step ratios pruned / standard. First-step loss: the summed loss of the first "
+             f"{unit} (model, optimizer state, activations, gradients), GiB. Time: median per "
+             "step; ratio: median of the paired per-step ratios pruned / standard; CPU time: "
+             "process CPU seconds (all threads), steadier than wall time on a shared machine. "
+             "First-step loss: the summed loss of the first "
              "step (same weights, batch and dropout masks), relative difference |pruned - "
              "standard| / |standard|; last step: after each method's own updates.", "",
-             "| M | V | K | standard (GiB) | pruned (GiB) | memory standard / pruned | "
-             "standard s/step | pruned s/step | time pruned / standard | first-step loss "
-             "standard | first-step loss pruned | rel. diff, first step | rel. diff, last step | "
-             "same initial weights | 1-min load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| M | V | K | standard (GiB) | pruned (GiB) | memory standard / pruned | standard "
+             "s/step | pruned s/step | time pruned / standard | CPU s/step standard / pruned | "
+             "CPU time pruned / standard | first-step loss standard | first-step loss pruned | "
+             "rel. diff, first step | rel. diff, last step | same initial weights | 1-min load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary:
         lines.append(
             f"| {r['frames']:,} | {r['vocab_size']:,} | {r['selected_classes']:,} | "
             f"{r['standard_peak_gib']:.2f} | {r['pruned_peak_gib']:.2f} | {r['memory_reduction']:.2f}x | "
             f"{r['standard_step_s']:.2f} | {r['pruned_step_s']:.2f} | {r['time_ratio']:.3f} | "
+            f"{r['standard_cpu_step_s']:.2f} / {r['pruned_cpu_step_s']:.2f} | {r['cpu_time_ratio']:.3f} | "
             f"{r['standard_first_loss']:.6f} | {r['pruned_first_loss']:.6f} | "
             f"{r['first_loss_rel_diff']:.1e} | {r['last_loss_rel_diff']:.1e} | "
             f"{'yes' if r['same_initial_weights'] else 'NO'} | {r['load']} |")
