@@ -44,8 +44,9 @@ def test_quick_run_learns(quick_run) -> None:
     recipe, result = quick_run
     summary = wer_summary(next((recipe / QUICK_EXP).glob("wer-summary-test-clean-*.txt")))
     assert set(summary) == {"ctc-greedy-search", "ctc-prefix-beam-search_beam-4"}
-    # Measured: 82-84% after the quick run's 600 steps (RESULTS.md); 100% untrained.
-    assert all(rate < 92.0 for rate in summary.values()), summary
+    # Measured: 52-53% with the weights averaged over the last 150 of 600 steps
+    # (RESULTS.md); 100% untrained.
+    assert all(rate < 70.0 for rate in summary.values()), summary
     log = "".join(path.read_text() for path in (recipe / QUICK_EXP / "log").glob("log-train-*"))
     valid_losses = [float(value) for value in re.findall(r"validation loss ([0-9.]+) per frame", log)]
     assert valid_losses and valid_losses[-1] < 1.5, valid_losses  # ln(64) = 4.2 at the start
@@ -81,9 +82,9 @@ def test_bad_options_are_named(recipe_copy, run_recipe) -> None:
 
 @pytest.mark.slow
 def test_default_run_learns(recipe_copy) -> None:
-    # Measured 68.3-71.5% (RESULTS.md); the goal of <= 20% is not reached yet.
+    # The recipe's goal; measured 14-15% (RESULTS.md).
     recipe = recipe_copy("mini")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run(["bash", str(recipe / "run.sh")], cwd=recipe, env=env, check=True, timeout=3600)
     summary = wer_summary(next((recipe / "exp" / "full_pruned_ctc").glob("wer-summary-test-clean-*.txt")))
-    assert all(rate < 80.0 for rate in summary.values()), summary
+    assert all(rate <= 20.0 for rate in summary.values()), summary

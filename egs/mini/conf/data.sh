@@ -7,7 +7,8 @@ num_train=15000                # training utterances (unique sentences: data bea
 num_dev=200
 num_test=200
 seed=0                         # the corpus is a function of its sizes and seed
-vocab_size=128                 # BPE pieces (blank, <sos/eos>, <unk> included)
+vocab_size=500                 # BPE pieces (blank, <sos/eos>, <unk> included): most of the
+                               # 630 words of the grammar become one piece (15% WER vs 19% at 128)
 ctc_loss=pruned                # pruned (Pruned CTC) or standard (dense head + torch CTC)
 train_config=conf/train.yaml   # model/data/train preset read by zipformer/train.py
 methods="ctc-greedy-search ctc-prefix-beam-search"
