@@ -119,10 +119,8 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
     """Times ``args.steps`` training steps of one configuration in this process."""
     import torch
 
-    from zipformer.model import CTCModel, parameter_groups
-    from zipformer.optim import Eden, ScaledAdam
     from zipformer.run_config import load_run_config
-    from zipformer.train import Run, seed_everything, training_step
+    from zipformer.train import Run, build_model_and_optimizer, seed_everything, training_step
     from zipformer.train_helpers import Distributed, make_grad_scaler
 
     torch.set_num_threads(threads)
@@ -131,12 +129,7 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
     options = config.train
     seed_everything(options.seed)
     device = torch.device("cpu")
-    # As zipformer.train.main builds them.
-    model = CTCModel(config.model).to(device)
-    optimizer = ScaledAdam(parameter_groups(model, options.base_lr), lr=options.base_lr,
-                           clipping_scale=options.clipping_scale)
-    scheduler = Eden(optimizer, lr_batches=options.lr_batches, lr_epochs=options.lr_epochs,
-                     warmup_batches=options.warmup_batches, warmup_start=options.warmup_start)
+    model, optimizer, scheduler = build_model_and_optimizer(config, device)
     scheduler.step_epoch(0)
     run = Run(config=config, dist=Distributed(rank=0, world_size=1, local_rank=0, device=device),
               tokenizer=PretokenizedTexts(args.vocab_size), train_data=None, valid_loader=None,

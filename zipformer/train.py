@@ -112,18 +112,13 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     train_data = build_train_data(config.data, tokenizer, dist)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
-    # Model and its running average.
-    model = CTCModel(config.model)
-    model_avg = make_averaged_model(model) if dist.is_main else None  # float64, stays on the CPU
-    model.to(dist.device)
+    # Model and its running average (float64, on the CPU), optimizer, learning-rate schedule.
+    model, optimizer, scheduler = build_model_and_optimizer(config, dist.device)
+    model_avg = make_averaged_model(model) if dist.is_main else None
     logging.info("config: %s", config.to_dict())
     logging.info("number of model parameters: %d", model.num_parameters())
 
-    # Optimizer, learning-rate schedule, fp16 loss scaling.
-    optimizer = ScaledAdam(parameter_groups(model, options.base_lr), lr=options.base_lr,
-                           clipping_scale=options.clipping_scale)
-    scheduler = Eden(optimizer, lr_batches=options.lr_batches, lr_epochs=options.lr_epochs,
-                     warmup_batches=options.warmup_batches, warmup_start=options.warmup_start)
+    # fp16 loss scaling.
     scaler = make_grad_scaler(options.precision, dist.device)
 
     writer = None
@@ -192,6 +187,21 @@ def no_batches_message(options: DataOptions, filter_summary: str, world_size: in
         f"data.max_duration or data.num_buckets{', set data.drop_last=false' if options.drop_last else ''}, "
         f"or widen data.min_cut_duration/data.max_cut_duration"
     )
+
+
+def build_model_and_optimizer(config: RunConfig, device: torch.device) -> tuple:
+    """The CTC model on ``device``, its ScaledAdam optimizer and Eden schedule, as training uses them.
+
+    Returns:
+        (model, optimizer, scheduler).
+    """
+    options = config.train
+    model = CTCModel(config.model).to(device)
+    optimizer = ScaledAdam(parameter_groups(model, options.base_lr), lr=options.base_lr,
+                           clipping_scale=options.clipping_scale)
+    scheduler = Eden(optimizer, lr_batches=options.lr_batches, lr_epochs=options.lr_epochs,
+                     warmup_batches=options.warmup_batches, warmup_start=options.warmup_start)
+    return model, optimizer, scheduler
 
 
 def train_one_epoch(run: Run, state: TrainingState) -> bool:
