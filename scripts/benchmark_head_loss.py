@@ -20,6 +20,17 @@ torch's native CTC forward and backward on the same reduced (M, K) input, the me
 interleaved round by round (so that a change of load hits them alike), medians of
 ``--dp-runs`` rounds. ``--only-dp`` refreshes just that section of the results file.
 
+Out of memory: a configuration whose process fails for lack of memory (CUDA "out of
+memory", CPU "can't allocate memory", MemoryError, or killed by SIGKILL, as by the
+kernel's OOM killer) is kept as an OOM row (``oom`` True), and, as in App. D.2, its time
+and memory are extrapolated by a least-squares line in V through the four largest
+feasible vocabularies of the same method and M (``extrapolated`` True; with fewer than
+two feasible points it is only marked). The table shows "OOM (~X MB, ~Y s
+extrapolated)", the plot draws those points hollow on dashed lines. Other failures are
+printed and skipped. ``--memory-limit-mb N`` emulates a smaller device: on CPU it caps
+each child's address space (RLIMIT_AS, which includes the ~0.6 GB that Python and torch
+map before any tensor), on CUDA it sets the per-process memory fraction to N MB.
+
 Example (CPU grid of the committed results):
     python scripts/benchmark_head_loss.py --output-dir benchmarks/head_loss
 """
@@ -29,6 +40,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +57,73 @@ from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
 METHODS = ("standard", "unpruned", "pruned")
 FRAMES_PER_UTTERANCE = 100
 TOKENS_PER_UTTERANCE = 25
+
+
+OOM_MARKERS = ("out of memory", "outofmemoryerror", "can't allocate memory",
+               "cannot allocate memory", "memoryerror", "std::bad_alloc")
+EXTRAPOLATED_FIELDS = ("time_s", "peak_extra_mb", "activation_mb")
+FIT_POINTS = 4
+
+
+def failure_reason(returncode: int, stderr: str) -> tuple[bool, str]:
+    """(out of memory?, reason) for a child process that failed."""
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else (
+            str(-returncode))
+        # SIGKILL is what the kernel's OOM killer sends.
+        return -returncode == signal.SIGKILL, f"killed by {name}"
+    lowered = stderr.lower()
+    if any(marker in lowered for marker in OOM_MARKERS):
+        return True, "out of memory"
+    return False, (stderr.strip().splitlines() or [f"failed (exit status {returncode})"])[-1]
+
+
+def extrapolate_linear(vs, ys, v: float) -> float:
+    """Least-squares line y = a v + b through (vs, ys), evaluated at v (>= 2 points)."""
+    if len(vs) != len(ys) or len(vs) < 2:
+        raise ValueError("extrapolate_linear needs at least two (v, y) points")
+    mean_v = sum(vs) / len(vs)
+    mean_y = sum(ys) / len(ys)
+    spread = sum((x - mean_v) ** 2 for x in vs)
+    if spread == 0:
+        raise ValueError("extrapolate_linear needs at least two distinct v")
+    slope = sum((x - mean_v) * (y - mean_y) for x, y in zip(vs, ys)) / spread
+    return mean_y + slope * (v - mean_v)
+
+
+def extrapolate_oom_rows(rows: list[dict]) -> None:
+    """Fills the OOM rows' time and memory from the four largest feasible V of their
+    (method, M), in place (App. D.2); fewer than two feasible points: left empty."""
+    for row in rows:
+        if not row["oom"]:
+            continue
+        feasible = sorted((r for r in rows if not r["oom"] and r["method"] == row["method"]
+                           and r["frames"] == row["frames"]),
+                          key=lambda r: r["vocab_size"])[-FIT_POINTS:]
+        if len({r["vocab_size"] for r in feasible}) < 2:
+            continue
+        vocab = [r["vocab_size"] for r in feasible]
+        for field in EXTRAPOLATED_FIELDS:
+            value = extrapolate_linear(vocab, [float(r[field]) for r in feasible],
+                                       row["vocab_size"])
+            row[field] = round(value, 4 if field == "time_s" else 1)
+        row["extrapolated"] = True
+
+
+def oom_row(method: str, vocab_size: int, num_frames: int, dim: int, chunk_size: int) -> dict:
+    """A configuration that ran out of memory, same columns as ``run_single``'s rows."""
+    return dict(method=method, vocab_size=vocab_size, frames=num_frames, dim=dim,
+                chunk_size=chunk_size if method != "standard" else "", selected_classes="",
+                time_s="", times_s="", peak_extra_mb="", activation_mb="", oom=True,
+                extrapolated=False)
+
+
+def limit_address_space(megabytes: int):
+    """A preexec_fn capping the child's address space at ``megabytes`` MB."""
+    def preexec() -> None:
+        limit = megabytes * 2 ** 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return preexec
 
 
 def make_batch(vocab_size: int, num_frames: int, dim: int, device: str, seed: int = 0):
@@ -135,7 +215,8 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
                 selected_classes=selected, time_s=statistics.median(times),
                 times_s=" ".join(f"{t:.4f}" for t in times),
                 peak_extra_mb=round(peak - baseline, 1),
-                activation_mb=round(peak - baseline - gradient_mb, 1))
+                activation_mb=round(peak - baseline - gradient_mb, 1), oom=False,
+                extrapolated=False)
 
 
 def run_dp(num_frames: int, vocab_size: int, device: str, runs: int) -> dict:
@@ -233,6 +314,33 @@ def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path,
     lines = [f"# Head + CTC loss, forward + backward ({device})", ""] + provenance_lines(device) + [""]
     if rows:
         by_key = {(r["frames"], r["vocab_size"], r["method"]): r for r in rows}
+
+        def known(row) -> bool:
+            return row is not None and (not row["oom"] or row["extrapolated"])
+
+        def time_cell(row) -> str:
+            if row is None:
+                return "-"
+            if not row["oom"]:
+                return f"{row['time_s']:.3f}"
+            if not row["extrapolated"]:
+                return "OOM"
+            return f"OOM (~{row['activation_mb']:.0f} MB, ~{row['time_s']:.3f} s extrapolated)"
+
+        def memory_cell(row) -> str:
+            if row is None:
+                return "-"
+            if row["oom"]:
+                return f"~{row['activation_mb']:.0f} (OOM)" if row["extrapolated"] else "OOM"
+            return f"{row['activation_mb']:.0f}"
+
+        def ratio_cell(numerator, denominator, field: str, floor: float = 0.0) -> str:
+            if not (known(numerator) and known(denominator)):
+                return "-"
+            approximate = "~" if numerator["oom"] or denominator["oom"] else ""
+            value = numerator[field] / max(denominator[field], floor or 1e-12)
+            return f"{approximate}{value:.{2 if field == 'time_s' else 1}f}"
+
         lines += ["| M | V | K | standard time (s) | pruned time (s) | unpruned time (s) | "
                   "pruned / standard time | standard activation (MB) | pruned activation (MB) "
                   "| unpruned activation (MB) | standard / pruned memory |",
@@ -241,24 +349,34 @@ def write_outputs(rows: list[dict], dp_rows: list[dict], output_dir: Path,
             standard = by_key.get((frames, vocab_size, "standard"))
             pruned = by_key.get((frames, vocab_size, "pruned"))
             unpruned = by_key.get((frames, vocab_size, "unpruned"))
-            if not (standard and pruned and unpruned):
-                continue
+            selected = next((r["selected_classes"] for r in (pruned, unpruned)
+                             if r is not None and not r["oom"]), "-")
             lines.append(
-                f"| {frames} | {vocab_size} | {pruned['selected_classes']} | "
-                f"{standard['time_s']:.3f} | {pruned['time_s']:.3f} | {unpruned['time_s']:.3f} | "
-                f"{pruned['time_s'] / standard['time_s']:.2f} | {standard['activation_mb']:.0f} | "
-                f"{pruned['activation_mb']:.0f} | {unpruned['activation_mb']:.0f} | "
-                f"{standard['activation_mb'] / max(pruned['activation_mb'], 1e-9):.1f} |")
+                f"| {frames} | {vocab_size} | {selected} | {time_cell(standard)} | "
+                f"{time_cell(pruned)} | {time_cell(unpruned)} | "
+                f"{ratio_cell(pruned, standard, 'time_s')} | {memory_cell(standard)} | "
+                f"{memory_cell(pruned)} | {memory_cell(unpruned)} | "
+                f"{ratio_cell(standard, pruned, 'activation_mb', 1e-9)} |")
         lines += ["", "Activation = peak extra memory minus the (V, D) weight gradient and the "
-                  "bias gradient, which every method produces. Full columns in the CSV.", "",
+                  "bias gradient, which every method produces. Full columns in the CSV."]
+        if any(r["oom"] for r in rows):
+            lines += ["", "OOM: the configuration ran out of memory; \"~\" values are "
+                      f"extrapolated by a least-squares line in V through the {FIT_POINTS} "
+                      "largest feasible vocabularies of the same method and M (App. D.2)."]
+        lines += ["",
                   "Standard CTC's peak extra memory (gradient included) against the paper's "
                   "memory model, 4MV + 640M FP32 values (App. D.2):", "",
                   "| M | V | measured (MB) | model (MB) | measured / model |", "|---|---|---|---|---|"]
         for r in sorted((r for r in rows if r["method"] == "standard"),
                         key=lambda r: (r["frames"], r["vocab_size"])):
             model_mb = (4 * r["frames"] * r["vocab_size"] + 640 * r["frames"]) * 4 / 2 ** 20
-            lines.append(f"| {r['frames']} | {r['vocab_size']} | {r['peak_extra_mb']:.0f} | "
-                         f"{model_mb:.0f} | {r['peak_extra_mb'] / model_mb:.3f} |")
+            if not known(r):
+                lines.append(f"| {r['frames']} | {r['vocab_size']} | OOM | {model_mb:.0f} | - |")
+                continue
+            approximate = "~" if r["oom"] else ""
+            measured = f"{approximate}{r['peak_extra_mb']:.0f}" + (" (OOM)" if r["oom"] else "")
+            lines.append(f"| {r['frames']} | {r['vocab_size']} | {measured} | "
+                         f"{model_mb:.0f} | {approximate}{r['peak_extra_mb'] / model_mb:.3f} |")
     if dp_rows:
         lines += dp_section(dp_rows, device, False)
     write_text("\n".join(lines) + "\n", results)
@@ -279,16 +397,28 @@ def plot(rows: list[dict], path: Path, device: str) -> None:
               "pruned": ("tab:green", "^")}
     for column, frames in enumerate(frame_sizes):
         for method in METHODS:
-            points = sorted((r["vocab_size"], r["activation_mb"], r["time_s"]) for r in rows
-                            if r["frames"] == frames and r["method"] == method)
-            if not points:
-                continue
-            vocab, memory, seconds = zip(*points)
+            points = sorted((r["vocab_size"], r["activation_mb"], r["time_s"], r["oom"])
+                            for r in rows if r["frames"] == frames and r["method"] == method
+                            and (not r["oom"] or r["extrapolated"]))
+            measured = [p for p in points if not p[3]]
             color, marker = styles[method]
-            axes[0][column].plot([v / 1000 for v in vocab], [m / 1024 for m in memory],
-                                 color=color, marker=marker, label=method)
-            axes[1][column].plot([v / 1000 for v in vocab], seconds, color=color,
-                                 marker=marker, label=method)
+            if measured:
+                vocab, memory, seconds, _ = zip(*measured)
+                axes[0][column].plot([v / 1000 for v in vocab], [m / 1024 for m in memory],
+                                     color=color, marker=marker, label=method)
+                axes[1][column].plot([v / 1000 for v in vocab], seconds, color=color,
+                                     marker=marker, label=method)
+            extrapolated = [p for p in points if p[3]]
+            if extrapolated:
+                # Hollow markers on a dashed line from the last measured point: OOM.
+                vocab, memory, seconds, _ = zip(*(measured[-1:] + extrapolated))
+                style = dict(color=color, marker=marker, linestyle="--",
+                             markerfacecolor="none", markevery=list(
+                                 range(len(vocab) - len(extrapolated), len(vocab))),
+                             label=f"{method}, OOM (extrapolated)")
+                axes[0][column].plot([v / 1000 for v in vocab], [m / 1024 for m in memory],
+                                     **style)
+                axes[1][column].plot([v / 1000 for v in vocab], seconds, **style)
         axes[0][column].set_title(f"M = {frames:,} frames ({device})")
         axes[0][column].set_ylabel("memory above gradient (GiB)")
         axes[1][column].set_ylabel("time, forward + backward (s)")
@@ -323,6 +453,10 @@ def main() -> None:
                         help="time only the DP (V = 20,000, each --frames) and replace the DP "
                         "section of an existing results file, keeping its grid")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/head_loss"))
+    parser.add_argument("--memory-limit-mb", type=int, default=None,
+                        help="emulate a smaller device: cap each configuration's process at "
+                        "N MB (CPU: address space, including ~0.6 GB for Python and torch; "
+                        "CUDA: per-process memory fraction); failures are marked OOM")
     parser.add_argument("--single", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -332,6 +466,10 @@ def main() -> None:
             parser.error(f"--frames {frames}: must be a multiple of {FRAMES_PER_UTTERANCE}")
 
     if args.single:
+        if args.memory_limit_mb is not None and args.device == "cuda":
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(
+                min(1.0, args.memory_limit_mb * 2 ** 20 / total))
         method, vocab_size, frames = args.single.split(",")
         result = run_single(method, int(vocab_size), int(frames), args.dim, args.chunk_size,
                             args.device, args.warmup, args.runs)
@@ -349,16 +487,23 @@ def main() -> None:
         child = [sys.executable, __file__, "--single", f"{method},{vocab_size},{frames}",
                  "--device", args.device, "--dim", str(args.dim), "--chunk-size",
                  str(args.chunk_size), "--warmup", str(args.warmup), "--runs", str(args.runs)]
+        preexec = None
+        if args.memory_limit_mb is not None:
+            child += ["--memory-limit-mb", str(args.memory_limit_mb)]
+            if args.device == "cpu":
+                preexec = limit_address_space(args.memory_limit_mb)
         # A fixed mmap threshold makes glibc return every large block to the system when
         # it is freed, so that the resident set size follows the live tensors.
         environment = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-        completed = subprocess.run(child, capture_output=True, text=True, env=environment)
+        completed = subprocess.run(child, capture_output=True, text=True, env=environment,
+                                   preexec_fn=preexec)
         results = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
         if completed.returncode != 0 or not results:
-            reason = "out of memory" if "out of memory" in completed.stderr.lower() else (
-                completed.stderr.strip().splitlines() or ["failed"])[-1]
+            out_of_memory, reason = failure_reason(completed.returncode, completed.stderr)
+            if out_of_memory:
+                rows.append(oom_row(method, vocab_size, frames, args.dim, args.chunk_size))
             print(f"[{index}/{len(configurations)}] {method} V={vocab_size} M={frames}: "
-                  f"{reason}", flush=True)
+                  f"{reason}" + (" (marked OOM)" if out_of_memory else ", skipped"), flush=True)
             continue
         row = json.loads(results[0][len("RESULT "):])
         rows.append(row)
@@ -372,6 +517,7 @@ def main() -> None:
         for frames in args.frames:
             dp_rows.append(run_dp(frames, 20000, args.device, args.dp_runs))
             print(f"DP M={frames}: " + json.dumps(dp_rows[-1]), flush=True)
+    extrapolate_oom_rows(rows)
     write_outputs(rows, dp_rows, args.output_dir, args.device, args.only_dp)
     print(f"wrote {args.output_dir}/results_{args.device}.md")
 

@@ -151,3 +151,90 @@ def test_full_step_benchmark_pruned_ctc_matches_standard_loss_with_less_memory(t
     assert float(summary["first_loss_rel_diff"]) < 1e-5
     report = (tmp_path / "results_cpu.md").read_text()
     assert "Command: `python" in report and "Load average" in report and "| 400 | 40,000 |" in report
+
+
+def load_head_loss_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_head_loss",
+                                                  SCRIPTS / "benchmark_head_loss.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_head_loss_oom_extrapolation_is_the_least_squares_line():
+    import numpy
+
+    benchmark = load_head_loss_benchmark()
+    vs, ys = [2000, 5000, 10000, 20000], [0.31, 0.52, 1.13, 1.95]
+    for v in (50000, 100000, 3000):
+        assert benchmark.extrapolate_linear(vs, ys, v) == pytest.approx(
+            numpy.polyval(numpy.polyfit(vs, ys, 1), v), rel=1e-12)
+    assert benchmark.extrapolate_linear([1, 3], [2.0, 6.0], 10) == pytest.approx(20.0)
+    with pytest.raises(ValueError):
+        benchmark.extrapolate_linear([5], [1.0], 10)
+
+    # OOM rows: fit over the four largest feasible V of the same (method, M) only.
+    def feasible(method, v, frames, y):
+        return dict(method=method, vocab_size=v, frames=frames, time_s=y, peak_extra_mb=10 * y,
+                    activation_mb=5 * y, oom=False, extrapolated=False)
+    rows = [feasible("standard", v, 400, y) for v, y in
+            [(500, 99.0), (1000, 1.0), (2000, 2.5), (3000, 2.9), (4000, 4.2)]]
+    rows += [feasible("pruned", 1000, 400, 7.0), feasible("standard", 1000, 800, 7.0)]
+    rows += [benchmark.oom_row("standard", 100000, 400, 64, 4096),
+             benchmark.oom_row("pruned", 100000, 400, 64, 4096)]
+    benchmark.extrapolate_oom_rows(rows)
+    standard, pruned = rows[-2:]
+    fit = numpy.polyfit([1000, 2000, 3000, 4000], [1.0, 2.5, 2.9, 4.2], 1)
+    assert standard["extrapolated"] and standard["oom"]
+    assert standard["time_s"] == pytest.approx(numpy.polyval(fit, 100000), abs=1e-3)
+    assert standard["peak_extra_mb"] == pytest.approx(10 * numpy.polyval(fit, 100000), abs=0.1)
+    assert pruned["oom"] and not pruned["extrapolated"] and pruned["time_s"] == ""
+
+
+def test_head_loss_benchmark_marks_and_extrapolates_out_of_memory_points(tmp_path):
+    import os
+
+    import numpy
+
+    # Address-space cap of 900 MB: Python + torch map ~0.6 GB; standard CTC at V = 4,000
+    # peaks near 0.6 GB, at V = 100,000 (several 160 MB (M, V) arrays) above 1.2 GB.
+    environment = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "benchmark_head_loss.py"), "--methods", "standard",
+         "--vocab-sizes", "1000", "2000", "3000", "4000", "100000", "--frames", "400",
+         "--dim", "64", "--runs", "1", "--warmup", "1", "--no-dp", "--memory-limit-mb", "900",
+         "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=300,
+        env=environment, check=True)
+    assert "V=100000 M=400: out of memory (marked OOM)" in completed.stdout
+    rows = {int(r["vocab_size"]): r for r in read_csv(tmp_path / "head_loss_cpu.csv")}
+    assert sorted(rows) == [1000, 2000, 3000, 4000, 100000]
+    assert all(rows[v]["oom"] == "False" and rows[v]["extrapolated"] == "False"
+               for v in (1000, 2000, 3000, 4000))
+    oom = rows[100000]
+    assert oom["oom"] == "True" and oom["extrapolated"] == "True"
+    vs = [1000, 2000, 3000, 4000]
+    for field, tolerance in (("time_s", 1e-3), ("activation_mb", 0.1), ("peak_extra_mb", 0.1)):
+        fit = numpy.polyfit(vs, [float(rows[v][field]) for v in vs], 1)
+        assert float(oom[field]) == pytest.approx(numpy.polyval(fit, 100000), abs=tolerance)
+    results = (tmp_path / "results_cpu.md").read_text()
+    assert f"OOM (~{float(oom['activation_mb']):.0f} MB, ~{float(oom['time_s']):.3f} s " \
+        "extrapolated)" in results
+    assert (tmp_path / "head_loss_cpu.png").exists()
+
+
+def test_head_loss_benchmark_tells_out_of_memory_from_other_failures():
+    import signal
+
+    benchmark = load_head_loss_benchmark()
+    for returncode, stderr in [
+            (1, "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: "
+                "can't allocate memory: you tried to allocate 160000000 bytes."),
+            (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+            (1, "Traceback (most recent call last):\nMemoryError"),
+            (-signal.SIGKILL, "")]:
+        assert benchmark.failure_reason(returncode, stderr)[0], stderr
+    assert benchmark.failure_reason(1, "x\nValueError: bad frames") == (
+        False, "ValueError: bad frames")
+    assert benchmark.failure_reason(-signal.SIGSEGV, "") == (False, "killed by SIGSEGV")
