@@ -61,9 +61,9 @@ METHODS = ("standard", "pruned")
 PAPER_GRID = ("16000:180000", "32000:130000", "64000:50000")
 PAPER_TABLE = {16000: (180000, 51.7, 10.1, 17), 32000: (130000, 77.3, 17.9, 17),
                64000: (50000, 76.2, 33.8, 14)}  # M: (V, standard GiB, pruned GiB, +% time)
-# 80-160 s of audio per batch: what Zipformer-M trains on in minutes on 2 CPU cores,
-# with V large enough that standard CTC's (M, V) tensors dominate its memory.
-CPU_GRID = ("2000:150000", "4000:100000")
+# Table 1's vocabularies at M / 16 (40-80 s of audio per batch): what Zipformer-M steps
+# through in minutes on 2 CPU cores, standard CTC's (M, V) tensors dominating its memory.
+CPU_GRID = ("1000:180000", "2000:130000")
 FEATURE_FRAMES = 407  # fbank frames giving FRAMES_PER_UTTERANCE encoder frames
 FEATURE_DIM = 80
 BLANK_ID = 0
@@ -107,10 +107,8 @@ def build_run(preset: str, vocab_size: int, method: str, device: str, precision:
     import torch
 
     from benchmark_training import PretokenizedTexts
-    from zipformer.model import CTCModel, parameter_groups
-    from zipformer.optim import Eden, ScaledAdam
     from zipformer.run_config import load_run_config
-    from zipformer.train import Run, seed_everything
+    from zipformer.train import Run, build_model_and_optimizer, seed_everything
     from zipformer.train_helpers import Distributed, make_grad_scaler
 
     config = load_run_config(None, [f"model.preset={preset}", f"model.loss={method}",
@@ -118,15 +116,10 @@ def build_run(preset: str, vocab_size: int, method: str, device: str, precision:
     config.model = dataclasses.replace(config.model, vocab_size=vocab_size, blank_id=BLANK_ID)
     # The model's schedules follow the duration-adjusted batch count of this batch size.
     config.data = dataclasses.replace(config.data, max_duration=seconds_per_batch)
-    options = config.train
-    seed_everything(options.seed)
-    model = CTCModel(config.model).to(device)
-    optimizer = ScaledAdam(parameter_groups(model, options.base_lr), lr=options.base_lr,
-                           clipping_scale=options.clipping_scale)
-    scheduler = Eden(optimizer, lr_batches=options.lr_batches, lr_epochs=options.lr_epochs,
-                     warmup_batches=options.warmup_batches, warmup_start=options.warmup_start)
-    scheduler.step_epoch(0)
+    seed_everything(config.train.seed)
     target = torch.device(device)
+    model, optimizer, scheduler = build_model_and_optimizer(config, target)
+    scheduler.step_epoch(0)
     return Run(config=config, dist=Distributed(rank=0, world_size=1, local_rank=0, device=target),
                tokenizer=PretokenizedTexts(vocab_size), train_data=None, valid_loader=None,
                model=model, trained_model=model, model_avg=None, optimizer=optimizer,
@@ -302,7 +295,7 @@ def write_results(rows: List[dict], failures: List[str], args: argparse.Namespac
     write_csv(rows, args.output_dir / f"full_step_{args.device}.csv")
     summary = paired_rows(rows)
     unit = ("allocated peak over the timed steps" if args.device == "cuda" else
-            f"peak RSS above the pre-model baseline over step(s) 2-{1 + args.memory_steps}, before "
+            f"peak RSS above the pre-model baseline over step {memory_step_range(args)}, before "
             "the warm-up and timed steps")
     lines = [f"# Full training steps, standard CTC vs Pruned CTC ({args.device})", "",
              *provenance_lines(args.device), "",
@@ -347,6 +340,10 @@ def write_results(rows: List[dict], failures: List[str], args: argparse.Namespac
     write_csv(summary, args.output_dir / f"summary_{args.device}.csv")
 
 
+def memory_step_range(args: argparse.Namespace) -> str:
+    return "2" if args.memory_steps == 1 else f"2-{1 + args.memory_steps}"
+
+
 def steps_text(args: argparse.Namespace) -> str:
     first = f"1 first step, {args.memory_steps} memory step(s), " if args.device == "cpu" else ""
     return f"{first}{args.warmup} warm-up and {args.steps} timed steps"
@@ -367,8 +364,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default=None,
                         help="encoder precision (default: bf16 on cuda as the paper, fp32 on cpu)")
     parser.add_argument("--warmup", type=int, default=None,
-                        help="untimed steps before the timed ones (default 5 on cuda, 1 on cpu; on "
-                        "cpu after the first step and the memory steps)")
+                        help="untimed steps before the timed ones (default 5 on cuda, 0 on cpu, "
+                        "where the first step and the memory steps come before them)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 50 on cuda, 3 on cpu)")
     parser.add_argument("--memory-steps", type=int, default=1,
                         help="cpu: steps after the first one over which the peak RSS is measured")
@@ -383,7 +380,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if args.grid is None:
         args.grid = [parse_grid_entry(entry) for entry in (PAPER_GRID if gpu else CPU_GRID)]
     args.precision = args.precision or ("bf16" if gpu else "fp32")
-    args.warmup = (5 if gpu else 1) if args.warmup is None else args.warmup
+    args.warmup = (5 if gpu else 0) if args.warmup is None else args.warmup
     args.steps = (50 if gpu else 3) if args.steps is None else args.steps
     if args.steps < 1 or args.warmup < 0 or args.num_batches < 1 or args.memory_steps < 1:
         parser.error("need --steps >= 1, --warmup >= 0, --memory-steps >= 1 and --num-batches >= 1")
