@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 import torch
 from lhotse import CutSet, Fbank, FbankConfig, LilcomChunkyWriter
 
-from local.atomic_io import atomic_output, temporary_name
+from asr.atomic_io import atomic_output, temporary_name
 
 NUM_MEL_BINS = 80
 

@@ -23,7 +23,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from local.espeak_tts import TARGET_SAMPLE_RATE, EspeakSynthesizer
-from local.normalize_text import GIGASPEECH_GARBAGE_TAGS
+from asr.scoring import GIGASPEECH_GARBAGE_UTTERANCE_TAGS as GIGASPEECH_GARBAGE_TAGS
 from local.sentence_grammar import english_sentences, mandarin_sentences
 from local.synthetic_audio import (
     ENGLISH_ACCENTS,

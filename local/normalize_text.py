@@ -3,9 +3,10 @@
 Only GigaSpeech needs it: LibriSpeech's upper-case text is used as it is, and
 ``prepare_aishell`` already removes the word spaces of AISHELL-1. GigaSpeech's ``text_tn`` carries tags. For training, segments whose text has a
 garbage tag (``<SIL>``, ``<MUSIC>``, ``<NOISE>``, ``<OTHER>``) are dropped and the
-punctuation tags are deleted. For scoring, the official GigaSpeech normalization also
-removes conversational fillers and ``<UNK>`` and splits hyphenated words; it is
-applied to reference and hypothesis alike.
+punctuation tags are deleted. For scoring, the official GigaSpeech normalization
+(:func:`asr.scoring.normalize_gigaspeech_text`) also removes conversational fillers and
+``<UNK>`` and splits hyphenated words; the decoder applies it to reference and
+hypothesis alike.
 
     python -m local.normalize_text gigaspeech data/manifests data/fbank --subsets XL DEV TEST
 """
@@ -18,29 +19,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
-GIGASPEECH_PUNCTUATION_TAGS = ("<COMMA>", "<PERIOD>", "<QUESTIONMARK>", "<EXCLAMATIONPOINT>")
-GIGASPEECH_GARBAGE_TAGS = ("<SIL>", "<MUSIC>", "<NOISE>", "<OTHER>")
-GIGASPEECH_FILLERS = (
-    "UH", "UHH", "UM", "EH", "MM", "HM", "AH", "HUH", "HA", "ER", "OOF", "HEE", "ACH", "EEE", "EW",
-)
-_SCORING_REMOVED = set(GIGASPEECH_FILLERS) | {"<UNK>", "<unk>"} | set(GIGASPEECH_PUNCTUATION_TAGS) | set(
-    GIGASPEECH_GARBAGE_TAGS
-)
+from asr.scoring import GIGASPEECH_GARBAGE_UTTERANCE_TAGS, GIGASPEECH_PUNCTUATION_TAGS
 
 
 def gigaspeech_training_text(text: str) -> Optional[str]:
     """The training transcript of one GigaSpeech segment, or None when the segment
     is garbage (a garbage tag anywhere in it)."""
     words = text.split()
-    if any(word in GIGASPEECH_GARBAGE_TAGS for word in words):
+    if any(word in GIGASPEECH_GARBAGE_UTTERANCE_TAGS for word in words):
         return None
     return " ".join(word for word in words if word not in GIGASPEECH_PUNCTUATION_TAGS)
-
-
-def gigaspeech_scoring_text(text: str) -> str:
-    """The official GigaSpeech scoring normalization (for references and hypotheses)."""
-    words = text.upper().replace("-", " ").split()
-    return " ".join(word for word in words if word not in _SCORING_REMOVED)
 
 
 def preprocess_gigaspeech(recordings: Path, supervisions: Path, output_cuts: Path) -> Path:
@@ -48,7 +36,7 @@ def preprocess_gigaspeech(recordings: Path, supervisions: Path, output_cuts: Pat
     supervisions are dropped. Skips when ``output_cuts`` exists."""
     from lhotse import CutSet, SupervisionSet, load_manifest
 
-    from local.atomic_io import atomic_output
+    from asr.atomic_io import atomic_output
 
     output_cuts = Path(output_cuts)
     if output_cuts.is_file():

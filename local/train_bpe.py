@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from local.atomic_io import atomic_output
+from asr.atomic_io import atomic_output
 from local.tokens import BLANK, SOS_EOS, UNK, write_tokens, write_transcript
 
 MODEL_TYPES = ("unigram", "bpe")

@@ -123,11 +123,11 @@ def features_root(cut, manifest: Path) -> Optional[Path]:
 def real_feature_batches(manifest: Path, tokenizer, max_duration: float,
                          num_batches: int) -> Iterator[dict]:
     """Batches of consecutive cuts (up to ``max_duration`` seconds) whose BPE targets fit
-    their encoder frames, as zipformer.data.AsrDataset yields them plus ``targets``."""
+    their encoder frames, as asr.data.AsrDataset yields them plus ``targets``."""
     from lhotse import CutSet, load_manifest_lazy
 
-    from zipformer.cut_filters import cut_num_frames, cut_text, is_alignable
-    from zipformer.data import AsrDataset
+    from asr.cut_filters import cut_num_frames, cut_text, is_alignable
+    from asr.data import AsrDataset
 
     dataset = AsrDataset()
     root: Optional[Path] = None
@@ -162,7 +162,7 @@ def sweep_real_features(args, beams: List[float]):
     """Rows per (initialization, batch, beam) and the required beam per batch."""
     from zipformer.model import CTCModel
     from zipformer.presets import get_preset
-    from zipformer.tokenizer import load_tokenizer
+    from asr.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(args.lang_dir)
     batches = list(real_feature_batches(args.cuts, tokenizer, args.max_duration, args.num_batches))

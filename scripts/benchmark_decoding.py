@@ -4,7 +4,7 @@
 The posteriors look like a trained CTC model's: 25 frames per second, a label
 sequence of about 3.5 tokens per second, each token held 1-2 frames with blanks in
 between, and per frame one dominant class whose probability is between about 0.6 and
-0.999 over unit-variance noise on every other class. Our search (zipformer.search,
+0.999 over unit-variance noise on every other class. Our search (asr.search,
 compiled with numba; no pruning that changes its result) runs against pyctcdecode's
 beam search on the same posteriors, same beam, no LM, once with pyctcdecode's default
 pruning and once with its token and beam pruning switched off (what the test suite
@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Sequence
 
 import torch
 
-from zipformer.search import ctc_greedy_search, ctc_prefix_beam_search
+from asr.search import ctc_greedy_search, ctc_prefix_beam_search
 
 FRAMES_PER_SECOND = 25
 # CPU seconds of this process: with one thread on an idle machine they equal wall

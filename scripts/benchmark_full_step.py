@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Full training steps with Zipformer-M: standard CTC vs Pruned CTC (paper Table 1, App. D.2).
 
-Each step is :func:`zipformer.train.training_step`: encoder forward, dropout, head and CTC
+Each step is :func:`asr.train.training_step`: encoder forward, dropout, head and CTC
 loss, backward, ScaledAdam (base_lr 0.045, clipping scale 2) with the Eden schedule, and
-the gradient reset, the model and optimizer built as ``zipformer/train.py`` builds them.
+the gradient reset, the model and optimizer built as ``asr/train.py`` builds them.
 Both methods start from the same initial weights (same seed, checked by a checksum), see
 the same ordered batches and the same dropout masks, and each updates its own copy of
 the weights; so their first-step losses must agree to rounding (printed in the table).
@@ -39,7 +39,6 @@ the overhead is the median of the per-step ratios pruned / standard of the paire
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -79,12 +78,12 @@ def parse_grid_entry(text: str) -> Tuple[int, List[int]]:
 
 
 def synthetic_batches(num_frames: int, vocab_size: int, num_batches: int, seed: int) -> List[dict]:
-    """Batches as zipformer.data.AsrDataset yields them, token id lists as the texts."""
+    """Batches as asr.data.AsrDataset yields them, token id lists as the texts."""
     import torch
 
-    from zipformer.cut_filters import num_encoder_frames
+    from zipformer.encoder import encoder_output_lengths
 
-    assert num_encoder_frames(FEATURE_FRAMES) == FRAMES_PER_UTTERANCE
+    assert encoder_output_lengths(FEATURE_FRAMES) == FRAMES_PER_UTTERANCE
     generator = torch.Generator().manual_seed(seed)
     num_utterances = num_frames // FRAMES_PER_UTTERANCE
     # Zipf-like ids as benchmark_head_loss.make_batch: class r (1..V-1) has frequency 1 / r.
@@ -102,28 +101,21 @@ def synthetic_batches(num_frames: int, vocab_size: int, num_batches: int, seed: 
 
 def build_run(preset: str, vocab_size: int, method: str, device: str, precision: str,
               seconds_per_batch: float):
-    """Model, ScaledAdam, Eden and GradScaler as zipformer.train.main builds them, in a Run
-    that zipformer.train.training_step accepts (seeded before the model is built)."""
+    """Model, ScaledAdam, Eden and GradScaler as asr.train.main builds them, as the
+    Trainee that asr.train.training_step takes (seeded before the model is built)."""
     import torch
 
-    from benchmark_training import PretokenizedTexts
-    from zipformer.run_config import load_run_config
-    from zipformer.train import Run, build_model_and_optimizer, seed_everything
-    from zipformer.train_helpers import Distributed, make_grad_scaler
+    from asr.config import load_run_config
+    from asr.train import build_trainee, seed_everything
 
     config = load_run_config(None, [f"model.preset={preset}", f"model.loss={method}",
-                                    f"train.precision={precision}", "train.base_lr=0.045"])
-    config.model = dataclasses.replace(config.model, vocab_size=vocab_size, blank_id=BLANK_ID)
-    # The model's schedules follow the duration-adjusted batch count of this batch size.
-    config.data = dataclasses.replace(config.data, max_duration=seconds_per_batch)
+                                    f"train.precision={precision}", "optim.base_lr=0.045",
+                                    # The model's schedules follow the duration-adjusted batch count of this batch size.
+                                    f"data.max_duration={seconds_per_batch}"])
     seed_everything(config.train.seed)
-    target = torch.device(device)
-    model, optimizer, scheduler = build_model_and_optimizer(config, target)
-    scheduler.step_epoch(0)
-    return Run(config=config, dist=Distributed(rank=0, world_size=1, local_rank=0, device=target),
-               tokenizer=PretokenizedTexts(vocab_size), train_data=None, valid_loader=None,
-               model=model, trained_model=model, model_avg=None, optimizer=optimizer,
-               scheduler=scheduler, scaler=make_grad_scaler(precision, target), report=None)
+    trainee = build_trainee(config, torch.device(device), vocab_size, BLANK_ID)
+    trainee.scheduler.step_epoch(0)
+    return trainee
 
 
 def memory_mib(device: str, peak: bool) -> float:
@@ -167,7 +159,7 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
     """Warm-up, (on CPU) memory and timed steps of one configuration in this process."""
     import torch
 
-    from zipformer.train import training_step
+    from asr.train import training_step
 
     batches = synthetic_batches(num_frames, vocab_size, args.num_batches, args.seed)
     seconds_per_batch = num_frames // FRAMES_PER_UTTERANCE * FEATURE_FRAMES / 100
@@ -196,7 +188,7 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
         batch = batches[step % len(batches)]
         synchronize(args.device)
         began, cpu_began = time.perf_counter(), time.process_time()
-        loss_sum, _, excluded = training_step(run, batch, args.start_batch + step + 1)
+        loss_sum, _, excluded = training_step(run, batch, batch["texts"], args.start_batch + step + 1)
         synchronize(args.device)
         seconds.append(time.perf_counter() - began)
         cpu_seconds.append(time.process_time() - cpu_began)
@@ -301,7 +293,7 @@ def write_results(rows: List[dict], failures: List[str], args: argparse.Namespac
              *provenance_lines(args.device), "",
              f"Load average (1/5/15 min) before the runs: {load_before}; after: {load_average()}.", "",
              f"Zipformer preset {args.preset} ({rows[0]['params']:,} parameters at V = {rows[0]['vocab_size']:,}), "
-             f"{args.precision} encoder, head and loss in FP32; zipformer.train.training_step with "
+             f"{args.precision} encoder, head and loss in FP32; asr.train.training_step with "
              f"ScaledAdam (base_lr 0.045) and Eden from global batch {args.start_batch + 1}. Synthetic "
              f"batches of {FRAMES_PER_UTTERANCE}-frame utterances ({FEATURE_FRAMES} fbank frames, "
              f"{TOKENS_PER_UTTERANCE} Zipf tokens each), {args.num_batches} distinct batches in "

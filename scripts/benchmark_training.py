@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Training throughput of a recipe preset on CPU: batches/s, seconds of audio per second,
-CPU time and peak memory of zipformer.train's own training step.
+CPU time and peak memory of asr.train's own training step.
 
 The model, ScaledAdam, Eden and the loss are built from the preset (default
 ``egs/mini/conf/train.yaml``, read when the script runs, so the numbers follow the preset
-as it is tuned), and every step is :func:`zipformer.train.training_step`: forward,
+as it is tuned), and every step is :func:`asr.train.training_step`: forward,
 backward, ScaledAdam and Eden. Batches are synthetic fbank shaped like the mini corpus:
 utterances of 2-4 s, 80 bins at 100 frames/s, each batch filled up to the preset's
 ``data.max_duration`` seconds, ~11.4 BPE tokens per second (the mini corpus's rate with
@@ -20,7 +20,6 @@ its 128-piece BPE), token ids drawn uniformly from the ``--vocab-size`` classes.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import resource
@@ -72,7 +71,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def synthetic_batches(args: argparse.Namespace, max_duration: float) -> List[dict]:
-    """Batches as zipformer.data.AsrDataset yields them (longest utterance first), with
+    """Batches as asr.data.AsrDataset yields them (longest utterance first), with
     token id lists in place of the transcripts."""
     import numpy as np
     import torch
@@ -99,17 +98,6 @@ def synthetic_batches(args: argparse.Namespace, max_duration: float) -> List[dic
     return batches
 
 
-class PretokenizedTexts:
-    """Stands in for the tokenizer: the synthetic batches' texts are token ids already."""
-
-    def __init__(self, vocab_size: int) -> None:
-        self.vocab_size = vocab_size
-        self.blank_id = BLANK_ID
-
-    def encode(self, texts: Sequence[Sequence[int]]) -> List[List[int]]:
-        return [list(ids) for ids in texts]
-
-
 def peak_rss_mib() -> float:
     """This process's peak resident set so far (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -119,28 +107,21 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
     """Times ``args.steps`` training steps of one configuration in this process."""
     import torch
 
-    from zipformer.run_config import load_run_config
-    from zipformer.train import Run, build_model_and_optimizer, seed_everything, training_step
-    from zipformer.train_helpers import Distributed, make_grad_scaler
+    from asr.config import load_run_config
+    from asr.train import build_trainee, seed_everything, training_step
 
     torch.set_num_threads(threads)
     config = load_run_config(args.config, [*args.overrides, f"model.loss={loss}"])
-    config.model = dataclasses.replace(config.model, vocab_size=args.vocab_size, blank_id=BLANK_ID)
-    options = config.train
-    seed_everything(options.seed)
-    device = torch.device("cpu")
-    model, optimizer, scheduler = build_model_and_optimizer(config, device)
-    scheduler.step_epoch(0)
-    run = Run(config=config, dist=Distributed(rank=0, world_size=1, local_rank=0, device=device),
-              tokenizer=PretokenizedTexts(args.vocab_size), train_data=None, valid_loader=None,
-              model=model, trained_model=model, model_avg=None, optimizer=optimizer,
-              scheduler=scheduler, scaler=make_grad_scaler(options.precision, device), report=None)
-    model.train()
+    seed_everything(config.train.seed)
+    run = build_trainee(config, torch.device("cpu"), args.vocab_size, BLANK_ID)
+    run.scheduler.step_epoch(0)
+    run.model.train()
     batches = synthetic_batches(args, config.data.max_duration)
     batch_index = args.start_batch
     for step in range(args.warmup):
         batch_index += 1
-        training_step(run, batches[step % len(batches)], batch_index)
+        batch = batches[step % len(batches)]
+        training_step(run, batch, batch["texts"], batch_index)
     peak_after_warmup = peak_rss_mib()
     step_seconds = []
     audio_seconds = 0.0
@@ -149,7 +130,7 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
         batch = batches[step % len(batches)]
         batch_index += 1
         began = time.perf_counter()
-        training_step(run, batch, batch_index)
+        training_step(run, batch, batch["texts"], batch_index)
         step_seconds.append(time.perf_counter() - began)
         audio_seconds += batch["feature_lens"].sum().item() / FRAMES_PER_SECOND
     wall = time.perf_counter() - wall_start
@@ -157,7 +138,7 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
     return {
         "ctc_loss": loss,
         "threads": torch.get_num_threads(),
-        "params": model.num_parameters(),
+        "params": sum(p.numel() for p in run.model.parameters()),
         "vocab_size": args.vocab_size,
         "max_duration_s": config.data.max_duration,
         "timed_steps": args.steps,
@@ -178,14 +159,14 @@ def worker_command(argv: Sequence[str], loss: str, threads: int) -> List[str]:
 
 def preset_summary(args: argparse.Namespace) -> str:
     """The preset's fields that shape a step, as read for this run."""
-    from zipformer.run_config import load_run_config
+    from asr.config import load_run_config
 
     config = load_run_config(args.config, args.overrides)
     model, data, train = config.model, config.data, config.train
     return (f"model: encoder_dim {list(model.encoder_dim)}, layers {list(model.num_encoder_layers)}, "
             f"subsampling_channels {list(model.subsampling_channels)}, chunk_size {model.chunk_size}, "
             f"beam {model.beam}; data.max_duration {data.max_duration:g} s; train.precision "
-            f"{train.precision}, base_lr {train.base_lr}, schedule_ref_duration {train.schedule_ref_duration:g}")
+            f"{train.precision}, optim.base_lr {config.optim.base_lr}, schedule_ref_duration {train.schedule_ref_duration:g}")
 
 
 def write_results(rows: List[Dict[str, object]], args: argparse.Namespace, load_before: str) -> None:
@@ -208,7 +189,7 @@ def write_results(rows: List[Dict[str, object]], args: argparse.Namespace, load_
         f"Synthetic batches: {args.num_batches} batches of {low:g}-{high:g} s utterances filled up to "
         f"data.max_duration, {FEATURE_DIM}-dim fbank at {FRAMES_PER_SECOND} frames/s, "
         f"{args.tokens_per_second:g} tokens per second, seed {args.seed}. Each configuration in a fresh "
-        f"process: {args.warmup} warm-up and {args.steps} timed steps of zipformer.train.training_step "
+        f"process: {args.warmup} warm-up and {args.steps} timed steps of asr.train.training_step "
         f"from global batch {args.start_batch + 1}. audio_s_per_s is seconds of audio trained on per "
         "second (x real time); cpu_utilization is CPU seconds per wall second (all threads); "
         "peak_rss_mib is the worker's peak resident set (Python, torch, model, optimizer state, "

@@ -12,7 +12,7 @@ many padding frames follow them.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -254,6 +254,11 @@ class ZipformerEncoder(nn.Module):
         return self.downsample_output(x, lengths)
 
 
-def encoder_output_lengths(num_frames: Tensor) -> Tensor:
-    """Encoder output frames for ``num_frames`` input frames: ((T - 7) // 2 + 1) // 2."""
-    return (subsampled_lengths(num_frames) + 1) // 2
+FrameCount = TypeVar("FrameCount", int, Tensor)
+
+
+def encoder_output_lengths(num_frames: FrameCount) -> FrameCount:
+    """Encoder output frames for ``num_frames`` input frames (an int or a tensor of
+    lengths): ((T - 7) // 2 + 1) // 2, 0 for T < 7."""
+    frames = (subsampled_lengths(num_frames) + 1) // 2
+    return frames.clamp(min=0) if isinstance(frames, Tensor) else max(frames, 0)

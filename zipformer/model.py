@@ -7,12 +7,13 @@ caller's bf16/fp16 autocast; dropout, head and loss run in FP32.
 
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
-from zipformer.encoder import ZipformerEncoder
+from zipformer.encoder import ZipformerEncoder, encoder_output_lengths
 from zipformer.presets import ZipformerConfig
 from zipformer.scaling import set_batch_count
 
@@ -36,7 +37,8 @@ class CTCModel(nn.Module):
         self.head = nn.Linear(config.output_dim, config.vocab_size)
 
     def set_batch_count(self, batch_count: float) -> None:
-        """Drive the encoder's schedules (dropouts, skip rates, balancers): see facts 2.1."""
+        """Drive the encoder's schedules (dropouts, skip rates, balancers), icefall's
+        ScheduledFloat (egs/librispeech/ASR/zipformer/scaling.py)."""
         set_batch_count(self, batch_count)
 
     def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
@@ -58,9 +60,22 @@ class CTCModel(nn.Module):
             encoder_out = self.dropout(encoder_out)
             return self.loss_function()(
                 encoder_out, self.head.weight, self.head.bias, targets, encoder_out_lens,
-                target_lengths=target_lengths, blank_id=self.config.blank_id,
-                chunk_size=self.config.chunk_size, beam=self.config.beam, reduction="sum",
-                return_stats=return_stats)
+                target_lengths=target_lengths, blank_id=self.config.blank_id, reduction="sum",
+                return_stats=return_stats, **self._pruning_options())
+
+    def _pruning_options(self) -> dict:
+        """The configured chunk size and beam; unset ones keep pruned_ctc's defaults."""
+        options = {}
+        if self.config.chunk_size is not None:
+            options["chunk_size"] = self.config.chunk_size
+        if self.config.beam is not None:
+            options["beam"] = None if math.isinf(self.config.beam) else self.config.beam
+        return options
+
+    @staticmethod
+    def output_lengths(num_frames):
+        """Model frames (T') for ``num_frames`` feature frames, an int or a tensor."""
+        return encoder_output_lengths(num_frames)
 
     def loss_function(self):
         """The configured loss function (imported lazily: the model builds without it)."""
@@ -82,7 +97,8 @@ class CTCModel(nn.Module):
 
 def parameter_groups(model: nn.Module, lr: float) -> List[dict]:
     """One optimizer group per distinct product of ``lr_scale`` attributes on enclosing
-    modules (facts 3.1); the Zipformer CTC recipe sets none: a single group at ``lr``."""
+    modules (icefall's get_parameter_groups_with_lrs in egs/librispeech/ASR/zipformer/optim.py);
+    the Zipformer CTC recipe sets none: a single group at ``lr``."""
     groups: dict = {}
 
     def visit(module: nn.Module, scale: float) -> None:

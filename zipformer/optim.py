@@ -1,10 +1,11 @@
-"""ScaledAdam optimizer and Eden learning-rate schedule (Zipformer paper; facts 3).
+"""ScaledAdam optimizer and Eden learning-rate schedule (Zipformer paper, Yao et al.,
+ICLR 2024; the rules of icefall's egs/librispeech/ASR/zipformer/optim.py).
 
 ScaledAdam is Adam whose steps are relative to each parameter tensor's RMS, plus a
 learned log-scale per tensor, global gradient clipping at ``clipping_scale`` times the
 median of recent gradient norms, and momentum applied to the final update. Parameters
 of the same shape and dtype are stacked and updated as one tensor. The step-by-step
-rule is in :meth:`ScaledAdam.step` (facts 3.2 items 0-5).
+rule is in :meth:`ScaledAdam.step` (the steps of icefall's ScaledAdam.step, in order).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from torch import Tensor
 # Extra per-group entries kept in ``param_groups`` (saved by state_dict).
 _GROUP_STATE = ("step", "recent_norms", "clip_threshold", "num_clipped")
 # Steps at which the clipping threshold is first set from the few norms seen so far,
-# at twice the usual multiple (facts 3.2 item 0).
+# at twice the usual multiple (as icefall's optim.py does).
 _EARLY_THRESHOLD_STEPS = (10, 20, 40)
 
 
 class ScaledAdam(torch.optim.Optimizer):
-    """Parameter-scale-relative Adam with a learned log-scale (facts 3.1-3.2).
+    """Parameter-scale-relative Adam with a learned log-scale (Zipformer paper; icefall's optim.py).
 
     Args:
         params: parameters or parameter groups (each group may set its own ``lr``).
@@ -231,7 +232,7 @@ class ScaledAdam(torch.optim.Optimizer):
 
 
 class Eden:
-    """Eden learning-rate schedule (facts 3.3):
+    """Eden learning-rate schedule (Zipformer paper; icefall's optim.py):
 
     lr(b, e) = base_lr * ((b^2 + B^2) / B^2)^(-1/4) * ((e^2 + E^2) / E^2)^(-1/4) * w(b),
     w(b) = warmup_start + (1 - warmup_start) * b / warmup_batches while b < warmup_batches,

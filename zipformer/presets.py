@@ -1,7 +1,7 @@
 """Model configuration: one dataclass, named presets, YAML files and command-line overrides.
 
-Presets S, M and L are the icefall LibriSpeech sizes (facts 1.3); M is also the recipe
-default (facts 1.1). ``mini`` (3.4 M parameters) is for the CPU mini recipe and ``tiny``
+Presets S, M and L are the icefall LibriSpeech sizes (icefall egs/librispeech/ASR/RESULTS.md); M is
+also the recipe default (icefall egs/librispeech/ASR/zipformer/train.py). ``mini`` (3.4 M parameters) is for the CPU mini recipe and ``tiny``
 for unit tests. A recipe's ``conf/*.yaml`` may hold a ``model:`` section (or be flat)::
 
     model:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 PER_STACK_FIELDS = (
     "num_encoder_layers", "downsampling_factor", "feedforward_dim", "num_heads",
@@ -29,7 +29,8 @@ LOSSES = ("pruned", "standard")
 
 @dataclass
 class ZipformerConfig:
-    """Hyper-parameters of a Zipformer CTC model; defaults are Zipformer-M (facts 1.1).
+    """Hyper-parameters of a Zipformer CTC model; defaults are Zipformer-M (icefall
+    egs/librispeech/ASR/zipformer/train.py).
 
     Per-stack fields hold one value per encoder stack. ``vocab_size`` includes blank.
     """
@@ -49,7 +50,7 @@ class ZipformerConfig:
     output_downsampling_factor: int = 2
     warmup_batches: float = 4000.0
     # Multiplies every stochastic regularizer of the encoder (dropouts, module and layer
-    # skipping, feature masks; facts 2.1): 1 keeps icefall's schedules, 0 turns them all
+    # skipping, feature masks; icefall zipformer.py): 1 keeps icefall's schedules, 0 turns them all
     # off (short CPU runs of small models underfit, so regularization only slows them).
     regularization_scale: float = 1.0
     subsampling_channels: Tuple[int, ...] = (8, 32, 128)
@@ -58,8 +59,13 @@ class ZipformerConfig:
     blank_id: int = 0
     head_dropout: float = 0.1
     loss: str = "pruned"
-    chunk_size: int = 4096
-    beam: Optional[float] = 100.0  # alignment beam; None keeps every alignment
+    # Pruned CTC's vocabulary chunk and alignment beam (paper Sec. 3.2-3.3); None takes
+    # pruned_ctc's defaults, beam=inf keeps every alignment.
+    chunk_size: Optional[int] = None
+    beam: Optional[float] = None
+
+    # A preset name is accepted where a model section is read (asr.config.build_section).
+    extra_keys: ClassVar[Dict[str, str]] = {"preset": "str"}
 
     def __post_init__(self) -> None:
         for name in PER_STACK_FIELDS + ("subsampling_channels",):
@@ -80,7 +86,7 @@ class ZipformerConfig:
 
     @property
     def output_dim(self) -> int:
-        """Encoder output dimension: the largest stack dimension (facts 1.1)."""
+        """Encoder output dimension: the largest stack dimension (icefall zipformer/model.py)."""
         return max(self.encoder_dim)
 
     def validate(self) -> None:
@@ -89,7 +95,7 @@ class ZipformerConfig:
         if len(self.subsampling_channels) != 3:
             raise ValueError(f"subsampling_channels needs 3 values, got {self.subsampling_channels}")
         if self.output_downsampling_factor != 2:
-            raise ValueError("output_downsampling_factor must be 2 (facts 1.1), got "
+            raise ValueError("output_downsampling_factor must be 2 (as icefall asserts), got "
                              f"{self.output_downsampling_factor}")
         if self.vocab_size < 2 or not 0 <= self.blank_id < self.vocab_size:
             raise ValueError(f"need vocab_size >= 2 and 0 <= blank_id < vocab_size, got "
@@ -115,6 +121,33 @@ class ZipformerConfig:
     def to_dict(self) -> Dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v)
                 for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "ZipformerConfig":
+        """A config from a mapping; an optional ``preset`` key names the starting point."""
+        return config_from_dict(values)
+
+
+@dataclass
+class ScaledAdamOptions:
+    """The ``optim`` section of a Zipformer run: ScaledAdam and the Eden schedule, with
+    icefall's LibriSpeech Zipformer-M values (egs/librispeech/ASR/zipformer/train.py and
+    optim.py; S uses base_lr 0.04)."""
+
+    base_lr: float = 0.045
+    clipping_scale: float = 2.0
+    lr_batches: float = 7500.0
+    lr_epochs: float = 3.5
+    warmup_batches: float = 500.0
+    warmup_start: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("base_lr", "lr_batches", "lr_epochs"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"optim.{name} must be > 0, got {getattr(self, name)}")
+        if self.warmup_batches < 0 or not 0 < self.warmup_start <= 1:
+            raise ValueError(f"need optim.warmup_batches >= 0 and 0 < optim.warmup_start <= 1, got "
+                             f"{self.warmup_batches} and {self.warmup_start}")
 
 
 def _as_int_tuple(value: Union[int, str, Sequence[int]], name: str) -> Tuple[int, ...]:
@@ -153,14 +186,6 @@ PRESETS: Dict[str, Dict[str, Any]] = {
                  pos_head_dim=4, pos_dim=16, subsampling_channels=(4, 8, 16)),
 }
 
-# Base learning rates of the icefall recipes (facts 1.3); custom sizes use M's.
-BASE_LR = {"S": 0.04, "M": 0.045, "L": 0.045}
-
-
-def preset_names() -> Tuple[str, ...]:
-    return tuple(PRESETS)
-
-
 def get_preset(name: str, **overrides: Any) -> ZipformerConfig:
     """The named preset (S, M, L, mini, tiny) with keyword overrides applied."""
     if name not in PRESETS:
@@ -185,65 +210,4 @@ def config_from_dict(values: Mapping[str, Any]) -> ZipformerConfig:
     return ZipformerConfig(**values)
 
 
-def parse_overrides(overrides: Iterable[str]) -> Dict[str, Any]:
-    """``["encoder_dim=192,256", "loss=standard", "beam=20"]`` -> typed values.
-
-    Values are converted to the type of the field they set; a leading ``model.`` is
-    accepted so that overrides of a whole training config can be passed through.
-    """
-    types = {f.name: f.type for f in fields(ZipformerConfig)}
-    parsed: Dict[str, Any] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} is not of the form key=value")
-        key, raw = item.split("=", 1)
-        key = key.strip().removeprefix("model.").replace("-", "_")
-        if key == "preset":
-            parsed[key] = raw.strip()
-            continue
-        if key not in types:
-            raise ValueError(f"unknown model option {key!r} in override {item!r}; "
-                             f"valid: {sorted(types)}")
-        kind = str(types[key])
-        try:
-            if kind.startswith("Tuple"):
-                parsed[key] = _as_int_tuple(raw, key)
-            elif kind == "int":
-                parsed[key] = int(raw)
-            elif kind == "float":
-                parsed[key] = float(raw)
-            elif kind == "Optional[float]":
-                none = raw.strip().lower() in ("none", "null", "~", "")
-                parsed[key] = None if none else float(raw)
-            else:
-                parsed[key] = raw.strip()
-        except ValueError as error:
-            raise ValueError(f"cannot read {key}={raw!r} as {kind}") from error
-    return parsed
-
-
-def load_config(path: Optional[Union[str, Path]] = None, overrides: Iterable[str] = (),
-                section: str = "model") -> ZipformerConfig:
-    """Read a YAML file (its ``model:`` section, or the whole file if it has none) and
-    apply ``key=value`` overrides. With no file, start from preset M (or the override's
-    ``preset=``)."""
-    values: Dict[str, Any] = {}
-    if path is not None:
-        import yaml
-
-        with open(path, encoding="utf-8") as stream:
-            document = yaml.safe_load(stream) or {}
-        if not isinstance(document, dict):
-            raise ValueError(f"{path}: expected a mapping at the top level")
-        values = dict(document.get(section, document))
-    parsed = parse_overrides(overrides)
-    if "preset" in parsed:
-        # A preset given on the command line replaces the file's preset, not its overrides.
-        values["preset"] = parsed.pop("preset")
-    values.update(parsed)
-    values.setdefault("preset", "M")
-    return config_from_dict(values)
-
-
-__all__ = ["ZipformerConfig", "PRESETS", "BASE_LR", "get_preset", "preset_names",
-           "config_from_dict", "parse_overrides", "load_config"]
+__all__ = ["ZipformerConfig", "ScaledAdamOptions", "PRESETS", "get_preset", "config_from_dict"]

@@ -50,7 +50,7 @@ train_cuts=()
 for part in $train_parts; do train_cuts+=("$fbank_dir/aishell_cuts_$part.jsonl.gz"); done
 test_sets=("dev=$fbank_dir/aishell_cuts_dev.jsonl.gz" "test=$fbank_dir/aishell_cuts_test.jsonl.gz")
 if [ "$stop_stage" -ge 10 ]; then
-  training_settings train.exp_dir="$exp_dir" train.lang_dir=data/lang_char \
+  training_settings train.lang_dir=data/lang_char \
     data.train_cuts="$(comma_list "${train_cuts[@]}")" data.valid_cuts="$fbank_dir/aishell_cuts_dev.jsonl.gz" \
     data.musan_cuts="$fbank_dir/musan_cuts.jsonl.gz"
 fi
@@ -59,10 +59,10 @@ if run_stage 10 "train Zipformer with Pruned CTC ($train_config) into $exp_dir";
   train_model
 fi
 
-if run_stage 11 "decode dev and test ($decoding_methods), scoring characters"; then
-  decode_model "${test_sets[@]}" -- --compute-cer true
+if run_stage 11 "decode dev and test, scoring characters"; then
+  decode_model "${test_sets[@]}"
 fi
 
-if run_stage 12 "CER summary"; then
-  print_error_rates CER dev test
+if run_stage 12 "CER table (decodes nothing that stage 11 decoded)"; then
+  decode_model "${test_sets[@]}"
 fi

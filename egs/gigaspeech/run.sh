@@ -99,29 +99,27 @@ for subset in $eval_subsets; do
   test_sets+=("${subset,,}=$fbank_dir/gigaspeech_cuts_$subset.jsonl.gz")
 done
 if [ "$stop_stage" -ge 10 ]; then
-  training_settings train.exp_dir="$exp_dir" train.lang_dir="$lang_dir" data.train_cuts="$train_pieces" \
+  training_settings train.lang_dir="$lang_dir" data.train_cuts="$train_pieces" \
     data.valid_cuts="$fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz" \
     data.musan_cuts="$fbank_dir/musan_cuts.jsonl.gz"
 fi
 
 if run_stage 10 "train Zipformer with Pruned CTC ($train_config) into $exp_dir"; then
-  if [ ! -f "$exp_dir/epoch-$num_epochs.pt" ]; then
-    # Every piece needs its features (stage 6), else training would see part of the corpus.
-    missing=0
-    for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
-      [ -f "${raw/_raw./.}" ] || missing=$((missing + 1))
-    done
-    if [ ! -f "$split_dir/.split.done" ] || [ $missing -gt 0 ]; then
-      die "$split_dir: not split, or $missing piece(s) without features: finish stages 5 and 6 first"
-    fi
+  # Every piece needs its features (stage 6), else training would see part of the corpus.
+  missing=0
+  for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
+    [ -f "${raw/_raw./.}" ] || missing=$((missing + 1))
+  done
+  if [ ! -f "$split_dir/.split.done" ] || [ $missing -gt 0 ]; then
+    die "$split_dir: not split, or $missing piece(s) without features: finish stages 5 and 6 first"
   fi
   train_model
 fi
 
-if run_stage 11 "decode ${eval_sets[*]} ($decoding_methods), GigaSpeech scoring normalization"; then
-  decode_model "${test_sets[@]}" -- --text-normalization gigaspeech
+if run_stage 11 "decode ${eval_sets[*]}, GigaSpeech scoring normalization"; then
+  decode_model "${test_sets[@]}"
 fi
 
-if run_stage 12 "WER summary"; then
-  print_error_rates WER "${eval_sets[@]}"
+if run_stage 12 "WER table (decodes nothing that stage 11 decoded)"; then
+  decode_model "${test_sets[@]}"
 fi

@@ -103,7 +103,8 @@ def test_rerun_skips_every_stage_and_changes_nothing(recipe, run_recipe, snapsho
     before = snapshot(recipe / "data")
     began = time.time()
     result = run_recipe(recipe, "--xl-chunk-size", str(CHUNK_SIZE))
-    assert time.time() - began < 5.0
+    # Each stage starts its program, which finds its outputs and says so.
+    assert time.time() - began < 60.0
     assert snapshot(recipe / "data") == before
     assert "computing" not in result.stdout
     for stage in range(9):

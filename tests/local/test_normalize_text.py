@@ -2,7 +2,8 @@
 
 import pytest
 
-from local.normalize_text import gigaspeech_scoring_text, gigaspeech_training_text
+from asr.scoring import normalize_gigaspeech_text as gigaspeech_scoring_text
+from local.normalize_text import gigaspeech_training_text
 
 
 @pytest.mark.parametrize("tag", ["<SIL>", "<MUSIC>", "<NOISE>", "<OTHER>"])

@@ -77,7 +77,7 @@ def test_tokens_file_round_trip_and_bad_lines(tmp_path):
     assert path.read_text() == "<blk> 0\n<sos/eos> 1\n<unk> 2\na 3\n"
     assert read_tokens(path) == {"<blk>": 0, "<sos/eos>": 1, "<unk>": 2, "a": 3}
     path.write_text("<blk> 0\nbroken\n")
-    with pytest.raises(ValueError, match="tokens.txt:2: expected 'symbol id'"):
+    with pytest.raises(ValueError, match="tokens.txt:2: expected '<symbol> <id>'"):
         read_tokens(path)
     with pytest.raises(ValueError, match="not unique"):
         write_tokens(["a", "a"], tmp_path / "t2.txt")

@@ -55,7 +55,7 @@ def test_training_benchmark_times_the_presets_model_with_each_loss(tmp_path):
     import dataclasses
 
     from zipformer.model import CTCModel
-    from zipformer.run_config import load_run_config
+    from asr.config import load_run_config
 
     preset = SCRIPTS.parent / "egs/mini/conf/train.yaml"
     overrides = ["model.preset=tiny", "data.max_duration=6"]
@@ -78,19 +78,7 @@ def test_training_benchmark_times_the_presets_model_with_each_loss(tmp_path):
     assert "`egs/mini/conf/train.yaml` with model.preset=tiny data.max_duration=6" in report
 
 
-def load_cut_corpus_builder():
-    """tests/zipformer/conftest.py's corpus writer (loaded by path: the name zipformer is
-    the package's)."""
-    import importlib.util
-
-    path = SCRIPTS.parent / "tests/zipformer/conftest.py"
-    spec = importlib.util.spec_from_file_location("zipformer_test_corpus", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_cut_corpus
-
-
-def test_beam_sweep_on_real_features_reads_a_recipes_relative_feature_paths(tmp_path):
+def test_beam_sweep_on_real_features_reads_a_recipes_relative_feature_paths(tmp_path, make_cut_corpus):
     import gzip
     import json
 
@@ -98,7 +86,7 @@ def test_beam_sweep_on_real_features_reads_a_recipes_relative_feature_paths(tmp_
     recipe.mkdir()
     cuts = {f"utt-{i}": (2.0 + 0.5 * i, text) for i, text in
             enumerate(["HELLO WORLD", "A SMALL TEST", "BEAMS AND LATTICES", "ONE MORE"])}
-    corpus = load_cut_corpus_builder()(recipe, train=cuts, valid={"v": (1.5, "V")})
+    corpus = make_cut_corpus(recipe, train=cuts, valid={"v": (1.5, "V")})
     lang_dir = tmp_path / "lang_char"
     lang_dir.mkdir()
     (lang_dir / "tokens.txt").write_text(corpus["tokens"].read_text())

@@ -23,7 +23,7 @@ def count_parameters(preset, vocab_size):
 def test_parameter_counts_equal_icefall_without_its_unused_bypass_scale(
         preset, vocab_size, expected):
     # icefall reports S 22,118,279 / M 64,250,603 / L 147,010,094 / AISHELL M 66,218,471
-    # (facts 1.4); each of its layers also holds an unused per-channel `bypass_scale`
+    # (icefall egs/librispeech/ASR/RESULTS.md, "Number of model parameters"); each of its layers also holds an unused per-channel `bypass_scale`
     # (M: 5,760 values), which this encoder does not have.
     assert count_parameters(preset, vocab_size) == expected
 

@@ -1,4 +1,5 @@
-"""Specifications of ScaledAdam and Eden (zipformer/optim.py), facts 3.2-3.3."""
+"""Specifications of ScaledAdam and Eden (zipformer/optim.py) against the rules of
+icefall's egs/librispeech/ASR/zipformer/optim.py (ScaledAdam.step, Eden.get_lr)."""
 
 import copy
 import math
@@ -11,7 +12,7 @@ from zipformer.optim import Eden, ScaledAdam
 
 
 class PlainScaledAdam:
-    """The update rule of facts 3.2 written one tensor at a time, for comparison."""
+    """The ScaledAdam update rule written one tensor at a time, for comparison."""
 
     def __init__(self, params, lr, clipping_scale, betas=(0.9, 0.98), scalar_lr_scale=0.1,
                  eps=1e-8, param_min_rms=1e-5, param_max_rms=3.0, scalar_max=10.0,

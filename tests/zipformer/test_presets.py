@@ -2,9 +2,8 @@
 
 import pytest
 
-from zipformer.presets import (
-    PRESETS, ZipformerConfig, config_from_dict, get_preset, load_config, parse_overrides,
-)
+from asr.config import load_run_config
+from zipformer.presets import PRESETS, ZipformerConfig, config_from_dict, get_preset
 
 
 def test_presets_hold_the_icefall_sizes():
@@ -49,30 +48,28 @@ def test_invalid_values_are_named():
         config_from_dict({"encoder_dims": 3})
 
 
-def test_command_line_overrides_are_typed():
-    parsed = parse_overrides(["encoder_dim=192,256,256,256,256,256", "model.beam=20",
-                              "loss=standard", "vocab-size=1000"])
-    assert parsed == {"encoder_dim": (192, 256, 256, 256, 256, 256), "beam": 20.0,
-                      "loss": "standard", "vocab_size": 1000}
-    assert parse_overrides(["beam=none"]) == {"beam": None}
+def test_command_line_overrides_are_typed_by_the_field():
+    config = load_run_config(None, ["model.encoder_dim=192,256,256,256,256,256", "model.beam=20",
+                                    "model.loss=standard", "model.chunk-size=1024"]).model
+    assert (config.encoder_dim, config.beam, config.loss, config.chunk_size) == (
+        (192, 256, 256, 256, 256, 256), 20.0, "standard", 1024)
+    assert load_run_config(None, ["model.beam=none"]).model.beam is None
     with pytest.raises(ValueError, match="unknown model option 'beem'"):
-        parse_overrides(["beem=3"])
-    with pytest.raises(ValueError, match="not of the form key=value"):
-        parse_overrides(["beam"])
-    with pytest.raises(ValueError, match="cannot read vocab_size='many'"):
-        parse_overrides(["vocab_size=many"])
+        load_run_config(None, ["model.beem=3"])
+    with pytest.raises(ValueError, match="not of the form <section>.<field>=<value>"):
+        load_run_config(None, ["model.beam"])
+    with pytest.raises(ValueError, match="cannot read model.chunk_size='many' as Optional.int."):
+        load_run_config(None, ["model.chunk_size=many"])
 
 
 def test_yaml_preset_with_overrides(tmp_path):
     conf = tmp_path / "zipformer.yaml"
-    conf.write_text("model:\n  preset: S\n  vocab_size: 500\n  loss: pruned\n"
-                    "train:\n  max_duration: 700\n")
-    config = load_config(conf, ["vocab_size=4336", "num_encoder_layers=1,1,1,1,1,1"])
-    assert config.vocab_size == 4336
+    conf.write_text("model:\n  preset: S\n  loss: pruned\ndata:\n  max_duration: 700\n")
+    config = load_run_config(conf, ["model.num_encoder_layers=1,1,1,1,1,1"]).model
     assert config.num_encoder_layers == (1,) * 6
     assert config.encoder_dim == PRESETS["S"]["encoder_dim"]
-    assert load_config(conf, ["preset=L"]).encoder_dim == PRESETS["L"]["encoder_dim"]
-    assert load_config(None, []) == get_preset("M")
+    assert load_run_config(conf, ["model.preset=L"]).model.encoder_dim == PRESETS["L"]["encoder_dim"]
+    assert load_run_config(None, []).model == get_preset("M")
 
 
 def test_to_dict_round_trips():

@@ -10,7 +10,5 @@ seed=0                         # the corpus is a function of its sizes and seed
 vocab_size=500                 # BPE pieces (blank, <sos/eos>, <unk> included): most of the
                                # 630 words of the grammar become one piece (15% WER vs 19% at 128)
 ctc_loss=pruned                # pruned (Pruned CTC) or standard (dense head + torch CTC)
-train_config=conf/train.yaml   # model/data/train preset read by zipformer/train.py
-methods="ctc-greedy-search ctc-prefix-beam-search"
-beam=4
+train_config=conf/train.yaml   # the preset read by asr.train and asr.decode
 quick=0                        # 1: a few-minute smoke run (conf/quick.sh overrides the above)

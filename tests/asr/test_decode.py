@@ -1,9 +1,10 @@
-"""Specification of zipformer.decode: checkpoint choice, search, icefall result files, bad input."""
+"""Specification of asr.decode: checkpoint choice, search, icefall result files, bad input."""
 
 from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from typing import Dict, List
@@ -13,13 +14,14 @@ import pytest
 import torch
 from lhotse import CutSet, load_manifest
 
-from zipformer.averaging import make_averaged_model, update_averaged_model
-from zipformer.checkpoint import epoch_checkpoint_path, save_checkpoint
-from zipformer.decode import main, parse_test_sets
+from asr.averaging import make_averaged_model, update_averaged_model
+from asr.checkpoint import epoch_checkpoint_path, save_checkpoint
+from asr.decode import main, parse_test_sets
 from zipformer.model import CTCModel
-from zipformer.run_config import load_run_config
-from zipformer.search import ctc_greedy_search
-from zipformer.tokenizer import load_tokenizer
+from zipformer.presets import get_preset
+from asr.config import load_run_config
+from asr.search import ctc_greedy_search
+from asr.tokenizer import load_tokenizer
 
 TEST = {
     "utt-1": (1.3, "HELLO WORLD"),
@@ -32,19 +34,19 @@ TEST = {
 def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
     root = tmp_path_factory.mktemp("decode_corpus")
     paths = make_cut_corpus(root, train={"t-1": (1.2, "HI")}, valid=TEST)
-    (root / "lang").mkdir()
-    (root / "lang" / "tokens.txt").write_text(paths["tokens"].read_text())
     empty = root / "empty_cuts.jsonl.gz"
     CutSet.from_cuts([]).to_file(empty)
-    return {**paths, "lang": root / "lang", "test": paths["valid"], "empty": empty}
+    return {**paths, "test": paths["valid"], "empty": empty}
 
 
 def run_config(corpus: Dict[str, Path], exp_dir: Path, *overrides: str):
+    """The configuration asr.train saves: the preset, with the lexicon's 29 letters."""
     config = load_run_config(None, [
-        "model.preset=tiny", "model.vocab_size=29", f"train.exp_dir={exp_dir}",
+        "model.preset=tiny", f"train.exp_dir={exp_dir}",
         f"train.lang_dir={corpus['lang']}", f"data.train_cuts={corpus['train']}",
         f"data.valid_cuts={corpus['valid']}", "data.max_duration=3", "train.average_period=2", *overrides,
     ])
+    config.model = dataclasses.replace(config.model, vocab_size=29)
     return config
 
 
@@ -121,8 +123,7 @@ def test_recogs_hold_references_and_wer_agrees_with_kaldialign(decoded: dict, ex
 
 def test_greedy_hypotheses_are_those_of_the_chosen_checkpoint(decoded: dict, exp_dir: Path, corpus) -> None:
     checkpoint = torch.load(exp_dir / "epoch-2.pt", map_location="cpu", weights_only=False)
-    config = load_run_config(None, ["model.preset=tiny", "model.vocab_size=29"])
-    model = CTCModel(config.model)
+    model = CTCModel(get_preset("tiny", vocab_size=29))
     model.load_state_dict(checkpoint["model"])
     model.eval()
     tokenizer = load_tokenizer(corpus["lang"])
@@ -179,6 +180,29 @@ def test_missing_test_manifest_and_bad_options_are_named(exp_dir: Path, tmp_path
         decode(tmp_path / "no-exp", tmp_path / "x.jsonl.gz")
     with pytest.raises(SystemExit):
         decode(exp_dir, tmp_path / "x.jsonl.gz", "--beam", "0")
+
+
+def test_rerun_with_a_token_penalty_decodes_nothing_the_second_time(exp_dir: Path, corpus, capsys) -> None:
+    options = ("--epoch", "last", "--avg", "1", "--method", "ctc-prefix-beam-search", "--token-penalty", "0.5")
+    first = decode(exp_dir, f"penalty={corpus['test']}", *options)
+    key = "ctc-prefix-beam-search_beam-4_token-penalty-0.5"
+    assert set(first["penalty"]) == {key}
+    recogs = exp_dir / f"recogs-penalty-{key}-epoch-2_avg-1_use-averaged-model.txt"
+    written = recogs.stat().st_mtime_ns
+    capsys.readouterr()
+    second = decode(exp_dir, f"penalty={corpus['test']}", *options)
+    assert second == first and recogs.stat().st_mtime_ns == written
+    output = capsys.readouterr().out
+    assert key in output and "epoch-2_avg-1_use-averaged-model" in output  # 'last' is epoch 2
+
+
+def test_decode_section_of_the_training_preset_is_used(exp_dir: Path, corpus, tmp_path: Path) -> None:
+    preset = tmp_path / "train.yaml"
+    preset.write_text(f"model:\n  preset: tiny\ntrain:\n  exp_dir: {exp_dir}\n  lang_dir: {corpus['lang']}\n"
+                      "decode:\n  epoch: last\n  avg: 2\n  use_averaged_model: false\n  methods: [ctc-greedy-search]\n")
+    rates = main(["--config", str(preset), f"decode.test_cuts=preset={corpus['test']}", "decode.device=cpu"])
+    assert set(rates["preset"]) == {"ctc-greedy-search"}
+    assert (exp_dir / "wer-summary-preset-epoch-2_avg-2.txt").is_file()
 
 
 def test_test_set_names_come_from_manifest_names(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Specification of zipformer.data and zipformer.cut_filters on a miniature corpus built here."""
+"""Specification of asr.data and asr.cut_filters on a miniature corpus built here."""
 
 import logging
 from pathlib import Path
@@ -8,10 +8,12 @@ import pytest
 import torch
 from lhotse import CutSet
 
-from zipformer.cut_filters import TrainingCutFilter, is_alignable, num_adjacent_repeats, num_encoder_frames
-from zipformer.data import (
+from asr.config import build_section
+from asr.cut_filters import TrainingCutFilter, is_alignable, num_adjacent_repeats
+from zipformer.encoder import encoder_output_lengths
+from asr.config import DataOptions
+from asr.data import (
     AsrDataset,
-    DataOptions,
     build_spec_augment,
     build_train_dataloader,
     build_valid_dataloader,
@@ -19,7 +21,7 @@ from zipformer.data import (
     restore_sampler_state,
     resumable_sampler_state,
 )
-from zipformer.tokenizer import CharTokenizer
+from asr.tokenizer import CharTokenizer
 
 # 1.5 s -> 150 fbank frames -> 36 encoder frames.
 REPEATS_TEXT = "AA BB CC DD EE FF GG"  # 14 tokens, 7 adjacent repeats
@@ -138,7 +140,7 @@ def test_batches_hold_padded_features_lengths_texts_and_ids(corpus: Dict[str, Pa
 
 
 def test_train_loader_keeps_filtered_cuts_within_max_duration(corpus: Dict[str, Path]) -> None:
-    train = build_train_dataloader(options_for(corpus), CharTokenizer(corpus["tokens"]))
+    train = build_train_dataloader(options_for(corpus), CharTokenizer(corpus["tokens"]), encoder_output_lengths)
     train.set_epoch(1)
     batches = list(train.loader)
     assert sorted(cut_ids_of(batches)) == KEPT
@@ -149,7 +151,8 @@ def test_train_loader_keeps_filtered_cuts_within_max_duration(corpus: Dict[str, 
 
 
 def test_filters_drop_exactly_the_expected_cuts_and_report(corpus: Dict[str, Path], caplog) -> None:
-    cut_filter = TrainingCutFilter(CharTokenizer(corpus["tokens"]), min_duration=1.0, max_duration=20.0)
+    cut_filter = TrainingCutFilter(CharTokenizer(corpus["tokens"]), encoder_output_lengths, min_duration=1.0,
+                                   max_duration=20.0)
     kept = [cut.id for cut in load_cuts_lazy(corpus["train"]).filter(cut_filter)]
     assert sorted(kept) == KEPT
     counts = (cut_filter.kept, cut_filter.dropped_too_short, cut_filter.dropped_too_long, cut_filter.dropped_unalignable)
@@ -160,19 +163,20 @@ def test_filters_drop_exactly_the_expected_cuts_and_report(corpus: Dict[str, Pat
 
 
 def test_alignability_counts_repeats() -> None:
-    assert num_encoder_frames(150) == 36
-    assert num_encoder_frames(6) == 0
+    assert encoder_output_lengths(150) == 36
+    assert encoder_output_lengths(6) == 0
     assert num_adjacent_repeats([3, 3, 4, 3, 3, 3]) == 3
-    assert is_alignable(150, [5] * 18)  # 18 tokens + 17 repeats = 35
-    assert is_alignable(150, [5] * 18 + [6])  # 36
-    assert not is_alignable(150, [5] * 18 + [6, 6])  # 20 + 18 = 38
+    assert is_alignable(36, [5] * 18)  # 18 tokens + 17 repeats = 35
+    assert is_alignable(36, [5] * 18 + [6])  # 36
+    assert not is_alignable(36, [5] * 18 + [6, 6])  # 20 + 18 = 38
 
 
 def test_sampler_ranks_see_disjoint_cuts_that_cover_all(corpus: Dict[str, Path]) -> None:
     tokenizer = CharTokenizer(corpus["tokens"])
     seen = []
     for rank in (0, 1):
-        train = build_train_dataloader(options_for(corpus, max_duration=5.0), tokenizer, world_size=2, rank=rank)
+        train = build_train_dataloader(options_for(corpus, max_duration=5.0), tokenizer, encoder_output_lengths,
+                                       world_size=2, rank=rank)
         train.set_epoch(3)
         seen.append([cut.id for batch in train.sampler for cut in batch])
     assert not set(seen[0]) & set(seen[1])
@@ -183,19 +187,19 @@ def test_resumed_sampler_yields_exactly_the_remaining_batches(corpus: Dict[str, 
     # A worker prefetches batches, so the sampler runs ahead of the training loop.
     options = options_for(corpus, max_duration=5.0, num_workers=1, enable_spec_aug=True, enable_musan=True)
     tokenizer = CharTokenizer(corpus["tokens"])
-    uninterrupted = build_train_dataloader(options, tokenizer)
+    uninterrupted = build_train_dataloader(options, tokenizer, encoder_output_lengths)
     uninterrupted.set_epoch(2)
     expected = list(uninterrupted.loader)
     assert len(expected) >= 4
 
-    interrupted = build_train_dataloader(options, tokenizer)
+    interrupted = build_train_dataloader(options, tokenizer, encoder_output_lengths)
     interrupted.set_epoch(2)
     iterator = iter(interrupted.loader)
     consumed = [next(iterator), next(iterator)]
     state = resumable_sampler_state(interrupted.sampler, batches_consumed=len(consumed))
     del iterator
 
-    resumed = build_train_dataloader(options, tokenizer)
+    resumed = build_train_dataloader(options, tokenizer, encoder_output_lengths)
     restore_sampler_state(resumed.sampler, state)
     resumed.set_epoch(2)
     remaining = list(resumed.loader)
@@ -283,13 +287,13 @@ def test_musan_mixing_changes_features_and_keeps_ids(corpus: Dict[str, Path]) ->
 
 def test_missing_manifest_and_unknown_option_are_named(tmp_path: Path, corpus: Dict[str, Path]) -> None:
     with pytest.raises(FileNotFoundError, match="train_cuts: cut manifest not found: .*nope.jsonl.gz"):
-        build_train_dataloader(options_for(corpus, train_cuts=str(tmp_path / "nope.jsonl.gz")), CharTokenizer(corpus["tokens"]))
+        build_train_dataloader(options_for(corpus, train_cuts=str(tmp_path / "nope.jsonl.gz")), CharTokenizer(corpus["tokens"]), encoder_output_lengths)
     with pytest.raises(FileNotFoundError, match="musan_cuts"):
         build_train_dataloader(
             options_for(corpus, enable_musan=True, musan_cuts=str(tmp_path / "musan.jsonl.gz")),
-            CharTokenizer(corpus["tokens"]),
+            CharTokenizer(corpus["tokens"]), encoder_output_lengths,
         )
     with pytest.raises(ValueError, match="unknown data option.*max_durration"):
-        DataOptions.from_dict({"max_durration": 100})
+        build_section(DataOptions, {"max_durration": 100}, [], "data")
     with pytest.raises(ValueError, match="musan_prob must be in"):
         DataOptions(musan_prob=1.5)

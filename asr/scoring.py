@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import kaldialign
+
+from asr.atomic_io import write_text_atomically
 
 __all__ = [
     "GIGASPEECH_NON_SCORING_WORDS",
@@ -47,7 +47,6 @@ __all__ = [
     "format_wer_summary",
     "normalize_gigaspeech_text",
     "save_results",
-    "write_text_atomically",
 ]
 
 Result = Tuple[str, List[str], List[str]]
@@ -243,17 +242,18 @@ def format_wer_summary(rates: Mapping[str, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_text_atomically(path: Union[str, Path], text: str) -> None:
-    """Write ``text`` (UTF-8) to a temporary file next to ``path``, then rename it."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+def read_wer_summary(result_dir: Union[str, Path], test_set_name: str, suffix: str = "") -> Dict[str, float]:
+    """setting -> error rate of a ``wer-summary-*`` file written by :func:`save_results`
+    (empty if there is none)."""
+    path = Path(result_dir) / f"wer-summary-{test_set_name}{f'-{suffix}' if suffix else ''}.txt"
+    if not path.is_file():
+        return {}
+    rates = {}
+    for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+        key, _, rate = line.partition("\t")
+        if key and rate:
+            rates[key] = float(rate.split()[0])
+    return rates
 
 
 def _normalized(results: Sequence[Result], normalizer: Callable[[str], str]) -> List[Result]:

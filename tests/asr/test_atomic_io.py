@@ -2,7 +2,7 @@
 
 import pytest
 
-from local.atomic_io import atomic_output, temporary_name
+from asr.atomic_io import atomic_output, temporary_name
 
 
 def test_temporary_name_keeps_folder_and_suffixes(tmp_path):

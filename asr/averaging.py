@@ -27,13 +27,14 @@ from typing import Dict, List, Sequence, Union
 
 import torch
 
-from zipformer.checkpoint import (
+from asr.config import PathLike
+
+from asr.checkpoint import (
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     list_iteration_checkpoints,
 )
 
-PathLike = Union[str, Path]
 StateDict = Dict[str, torch.Tensor]
 
 
@@ -167,15 +168,22 @@ def weights_for_decoding(
         FileNotFoundError: naming the missing checkpoint file.
         ValueError: ``avg`` < 1, or epoch E - A < 1 with ``use_averaged_model``.
     """
-    if avg < 1:
-        raise ValueError(f"--avg must be >= 1, got {avg}")
-    if iteration > 0:
-        paths = _iteration_paths(exp_dir, iteration, avg + 1 if use_averaged_model else avg)
-    else:
-        paths = _epoch_paths(exp_dir, epoch, avg, use_averaged_model)
+    paths = decoding_checkpoint_paths(exp_dir, epoch=epoch, iteration=iteration, avg=avg,
+                                      use_averaged_model=use_averaged_model)
     if use_averaged_model:
         return average_between_checkpoints(paths[0], paths[-1])
     return average_checkpoints(paths)
+
+
+def decoding_checkpoint_paths(exp_dir: PathLike, *, epoch: int = 0, iteration: int = 0, avg: int = 1,
+                              use_averaged_model: bool = True) -> List[Path]:
+    """The checkpoint files :func:`weights_for_decoding` reads, oldest first (the last one is
+    the chosen checkpoint)."""
+    if avg < 1:
+        raise ValueError(f"decode.avg must be >= 1, got {avg}")
+    if iteration > 0:
+        return _iteration_paths(exp_dir, iteration, avg + 1 if use_averaged_model else avg)
+    return _epoch_paths(exp_dir, epoch, avg, use_averaged_model)
 
 
 def _epoch_paths(exp_dir: PathLike, epoch: int, avg: int, use_averaged_model: bool) -> List[Path]:

@@ -4,8 +4,9 @@ Two rules, as icefall's recipes apply them before batching:
 
 * duration: keep cuts within ``[min_duration, max_duration]`` seconds (1-20 s by
   default; AISHELL-1 uses 1-12 s);
-* alignability: after the encoder's subsampling, a cut of T feature frames has
-  ``((T - 7) // 2 + 1) // 2`` frames, and a CTC path over targets y needs at least
+* alignability: after the model's subsampling, a cut of T feature frames has
+  ``output_frames(T)`` frames (the model's own formula, e.g. ``((T - 7) // 2 + 1) // 2``
+  for the Zipformer), and a CTC path over targets y needs at least
   ``len(y) + r`` frames, r being the number of adjacent equal target pairs (each
   needs a blank between the two labels). Cuts that fail cannot be aligned: their
   loss would be infinite (paper Section 3, the caller-visible exclusion).
@@ -19,25 +20,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import Callable, Sequence
 
-import torch
 from lhotse.cut import Cut
 from lhotse.utils import compute_num_frames
 
-from zipformer.tokenizer import Tokenizer
+from asr.tokenizer import Tokenizer
 
 FRAME_SHIFT_SECONDS = 0.01
-FrameCount = TypeVar("FrameCount", int, torch.Tensor)
-
-
-def num_encoder_frames(num_feature_frames: FrameCount) -> FrameCount:
-    """Frames after Conv2dSubsampling (T -> (T-7)//2) and the encoder's final 2x
-    downsampling, for an int or an integer tensor of lengths (0 when T < 7)."""
-    frames = ((num_feature_frames - 7) // 2 + 1) // 2
-    if isinstance(frames, torch.Tensor):
-        return frames.clamp(min=0)
-    return max(frames, 0)
 
 
 def num_adjacent_repeats(token_ids: Sequence[int]) -> int:
@@ -45,9 +35,10 @@ def num_adjacent_repeats(token_ids: Sequence[int]) -> int:
     return sum(1 for left, right in zip(token_ids, token_ids[1:]) if left == right)
 
 
-def is_alignable(num_feature_frames: int, token_ids: Sequence[int]) -> bool:
-    """True if a CTC alignment of ``token_ids`` fits in the encoder output of the cut."""
-    return num_encoder_frames(num_feature_frames) >= len(token_ids) + num_adjacent_repeats(token_ids)
+def is_alignable(num_output_frames: int, token_ids: Sequence[int]) -> bool:
+    """True if a CTC alignment of ``token_ids`` fits in ``num_output_frames`` model frames
+    (paper Sec. 3: T_n >= |y_n| + r_n)."""
+    return num_output_frames >= len(token_ids) + num_adjacent_repeats(token_ids)
 
 
 def cut_text(cut: Cut) -> str:
@@ -68,11 +59,13 @@ class TrainingCutFilter:
 
     Args:
         tokenizer: turns a cut's text into the targets whose length matters.
+        output_frames: the model's output frames for a number of feature frames.
         min_duration: shortest kept cut in seconds (inclusive).
         max_duration: longest kept cut in seconds (inclusive).
     """
 
     tokenizer: Tokenizer
+    output_frames: Callable[[int], int]
     min_duration: float = 1.0
     max_duration: float = 20.0
     kept: int = 0
@@ -97,12 +90,12 @@ class TrainingCutFilter:
             logging.debug("dropping %s: %.2f s longer than %.2f s", cut.id, cut.duration, self.max_duration)
             return False
         token_ids = self.tokenizer.encode([cut_text(cut)])[0]
-        num_frames = cut_num_frames(cut)
+        num_frames = int(self.output_frames(cut_num_frames(cut)))
         if not is_alignable(num_frames, token_ids):
             self.dropped_unalignable += 1
             logging.debug(
-                "dropping %s: %d encoder frames < %d tokens + %d repeats",
-                cut.id, num_encoder_frames(num_frames), len(token_ids), num_adjacent_repeats(token_ids),
+                "dropping %s: %d model frames < %d tokens + %d repeats",
+                cut.id, num_frames, len(token_ids), num_adjacent_repeats(token_ids),
             )
             return False
         self.kept += 1
@@ -124,7 +117,7 @@ class TrainingCutFilter:
             f"cut filter: kept {self.kept} of {seen} cuts, dropped {self.dropped} "
             f"({self.dropped_too_short} shorter than {self.min_duration:g} s, "
             f"{self.dropped_too_long} longer than {self.max_duration:g} s, "
-            f"{self.dropped_unalignable} with more tokens than encoder frames)"
+            f"{self.dropped_unalignable} with more tokens than model frames)"
         )
 
     def log_summary(self) -> None:

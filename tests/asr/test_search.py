@@ -1,4 +1,4 @@
-"""Specification of zipformer.search against independent references.
+"""Specification of asr.search against independent references.
 
 References: brute-force enumeration of all alignments (exact label posteriors), a
 plain-Python prefix beam search that expands every vocabulary token (no pruning),
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zipformer.search import ctc_greedy_search, ctc_prefix_beam_search
+from asr.search import ctc_greedy_search, ctc_prefix_beam_search
 
 
 def collapse(alignment: Tuple[int, ...], blank_id: int) -> Tuple[int, ...]:

@@ -1,9 +1,9 @@
-"""One rank of the DDP test (tests/zipformer/test_ddp.py), started with torchrun's
+"""One rank of the DDP test (tests/asr/test_ddp.py), started with torchrun's
 environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
 
-    python tests/zipformer/ddp_rank.py <record.pt> <section.field=value> ...
+    python tests/asr/ddp_rank.py <record.pt> <section.field=value> ...
 
-Trains with :func:`zipformer.train.main` and saves, for every optimizer step, the epoch,
+Trains with :func:`asr.train.main` and saves, for every optimizer step, the epoch,
 the global batch index, the cut ids of the batch this rank trained on and a copy of
 every model parameter.
 """
@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 import torch
 
-from zipformer.train import Run, TrainingState, main
+from asr.train import Run, TrainingState, main
 
 
 def record_steps(record_path: str, overrides: List[str]) -> None:

@@ -1,4 +1,5 @@
-"""Miniature Lhotse corpora for the data-module and training tests.
+"""Fixtures shared by the whole suite: miniature Lhotse corpora for the data-module,
+training and decoding tests.
 
 ``make_cut_corpus(root, train={cut_id: (seconds, text)}, valid={...})`` synthesizes one
 wav per cut (a sine plus noise at 16 kHz), computes 80-dim fbank stored with
@@ -47,11 +48,15 @@ def _write_cuts(root: Path, items: CutItems, name: str) -> Path:
 
 
 def build_cut_corpus(root: Path, train: CutItems, valid: CutItems, musan: Optional[CutItems] = None) -> Dict[str, Path]:
-    """Write the corpus under ``root``; returns paths keyed train, valid, musan, tokens."""
+    """Write the corpus under ``root``; returns paths keyed train, valid, musan, tokens and
+    lang (a lang dir holding a copy of the letter table, as train.lang_dir)."""
     letters = [chr(c) for c in range(ord("A"), ord("Z") + 1)]
     tokens = root / "tokens.txt"
     tokens.write_text("\n".join(f"{s} {i}" for i, s in enumerate(["<blk>", "<sos/eos>", "<unk>"] + letters)) + "\n")
+    (root / "lang").mkdir(exist_ok=True)
+    (root / "lang" / "tokens.txt").write_text(tokens.read_text())
     return {
+        "lang": root / "lang",
         "train": _write_cuts(root, train, "train"),
         "valid": _write_cuts(root, valid, "valid"),
         "musan": _write_cuts(root, musan or {"noise-1": (3.0, ""), "noise-2": (5.0, "")}, "musan"),

@@ -1,7 +1,8 @@
-"""Writing outputs so that a reader never sees a half-written file.
+"""Writing outputs so that a reader never sees a half-written file: the one way every
+program of the toolkit writes manifests, feature indexes, checkpoints and result files.
 
-Every manifest and feature index is first written under a temporary name in the same
-folder and renamed into place once complete (a rename within one file system is
+Every output is first written under a temporary name in the same folder and renamed
+into place once complete (a rename within one file system is
 atomic). An interrupted job therefore leaves either the old state or the new one, and
 a rerun that checks for the final name redoes exactly the unfinished work.
 """
@@ -12,9 +13,9 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator
 
-Pathlike = Union[str, Path]
+from asr.config import PathLike as Pathlike
 
 TEMPORARY_MARK = ".partial"
 
@@ -51,3 +52,20 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def write_text_atomically(path: Pathlike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary sibling."""
+    with atomic_output(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+
+
+def torch_save_atomically(obj: Any, path: Pathlike) -> None:
+    """``torch.save`` to ``path`` through a temporary sibling, synced to disk before the rename."""
+    import torch
+
+    with atomic_output(path) as partial:
+        with open(partial, "wb") as stream:
+            torch.save(obj, stream)
+            stream.flush()
+            os.fsync(stream.fileno())

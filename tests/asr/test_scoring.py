@@ -1,4 +1,4 @@
-"""Specification of zipformer.scoring: error counts against kaldialign, hand-checked
+"""Specification of asr.scoring: error counts against kaldialign, hand-checked
 icefall files, GigaSpeech normalization against the official tag list."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import random
 import kaldialign
 import pytest
 
-from zipformer.scoring import (
+from asr.atomic_io import write_text_atomically
+from asr.scoring import (
     GIGASPEECH_NON_SCORING_WORDS,
     compute_error_stats,
     format_error_stats,
@@ -16,7 +17,6 @@ from zipformer.scoring import (
     format_wer_summary,
     normalize_gigaspeech_text,
     save_results,
-    write_text_atomically,
 )
 
 # Two utterances, two substitutions over six words; expected errs- text checked by hand.

@@ -28,7 +28,7 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -38,77 +38,10 @@ from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeature
 from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
 
-from zipformer.cut_filters import TrainingCutFilter, cut_text
-from zipformer.tokenizer import Tokenizer
+from asr.config import DataOptions, PathLike
+from asr.cut_filters import TrainingCutFilter, cut_text
+from asr.tokenizer import Tokenizer
 
-PathLike = Union[str, Path]
-
-
-@dataclass
-class DataOptions:
-    """Everything the data module reads from a recipe preset (YAML) and the command line.
-
-    Durations are in seconds. Defaults are icefall's LibriSpeech values.
-    """
-
-    # Cut manifests; several comma-separated files (or glob patterns of pieces) are
-    # interleaved (see load_cuts_lazy).
-    train_cuts: str = (
-        "data/fbank/librispeech_cuts_train-clean-100.jsonl.gz,"
-        "data/fbank/librispeech_cuts_train-clean-360.jsonl.gz,"
-        "data/fbank/librispeech_cuts_train-other-500.jsonl.gz"
-    )
-    valid_cuts: str = "data/fbank/librispeech_cuts_dev-clean.jsonl.gz,data/fbank/librispeech_cuts_dev-other.jsonl.gz"
-    musan_cuts: str = "data/fbank/musan_cuts.jsonl.gz"
-    max_duration: float = 200.0  # total seconds of audio per batch
-    num_buckets: int = 30
-    shuffle: bool = True
-    drop_last: bool = True
-    num_workers: int = 2
-    seed: int = 42
-    on_the_fly_feats: bool = False  # compute 80-dim fbank from audio instead of reading it
-    min_cut_duration: float = 1.0
-    max_cut_duration: float = 20.0
-    enable_musan: bool = True
-    musan_prob: float = 0.5
-    musan_snr_min: float = 10.0  # dB
-    musan_snr_max: float = 20.0  # dB
-    enable_spec_aug: bool = True
-    spec_aug_time_warp_factor: int = 80
-    spec_aug_num_feature_masks: int = 2
-    spec_aug_features_mask_size: int = 27  # frequency bins
-    spec_aug_num_frame_masks: int = 10
-    spec_aug_frames_mask_size: int = 100  # frames
-
-    def __post_init__(self) -> None:
-        positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ValueError(f"DataOptions.{name} must be positive, got {getattr(self, name)!r}")
-        non_negative = ("num_workers", "min_cut_duration", "spec_aug_num_feature_masks", "spec_aug_num_frame_masks")
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ValueError(f"DataOptions.{name} must be >= 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.musan_prob <= 1.0:
-            raise ValueError(f"DataOptions.musan_prob must be in [0, 1], got {self.musan_prob!r}")
-        if self.min_cut_duration > self.max_cut_duration:
-            raise ValueError(
-                f"DataOptions.min_cut_duration {self.min_cut_duration} exceeds max_cut_duration "
-                f"{self.max_cut_duration}"
-            )
-        if self.musan_snr_min > self.musan_snr_max:
-            raise ValueError(
-                f"DataOptions.musan_snr_min {self.musan_snr_min} exceeds musan_snr_max {self.musan_snr_max}"
-            )
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "DataOptions":
-        """Options from a preset's ``data:`` section; an unknown key is an error naming it."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown data option(s) {unknown}; known options: {sorted(known)}")
-        return cls(**dict(values))
 
 
 def load_cuts_lazy(paths: Union[PathLike, str], option_name: str = "cuts", seed: int = 0) -> CutSet:
@@ -291,11 +224,12 @@ class TrainData:
 
 
 def build_train_dataloader(
-    options: DataOptions, tokenizer: Tokenizer, *, world_size: int = 1, rank: int = 0
+    options: DataOptions, tokenizer: Tokenizer, output_frames: Callable[[int], int], *,
+    world_size: int = 1, rank: int = 0
 ) -> TrainData:
     """Training loader over ``options.train_cuts`` for one rank, filtered and augmented."""
     _check_rank(world_size, rank)
-    cut_filter = TrainingCutFilter(tokenizer, options.min_cut_duration, options.max_cut_duration)
+    cut_filter = TrainingCutFilter(tokenizer, output_frames, options.min_cut_duration, options.max_cut_duration)
     cuts = load_cuts_lazy(options.train_cuts, "train_cuts", seed=options.seed).filter(cut_filter)
     noise_cuts = None
     if options.enable_musan:

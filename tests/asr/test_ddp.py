@@ -1,13 +1,12 @@
-"""Specification of zipformer.train under DDP: two CPU ranks (gloo) train on disjoint
+"""Specification of asr.train under DDP: two CPU ranks (gloo) train on disjoint
 batches and hold identical weights after every optimizer step.
 
-Two processes run tests/zipformer/ddp_rank.py with torchrun's environment variables;
+Two processes run tests/asr/ddp_rank.py with torchrun's environment variables;
 each records, through train.main's ``after_step`` hook, the cut ids it trained on and
 its parameters after every step. The comparison happens here, on the records.
 """
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -37,11 +36,7 @@ VALID = {"utt-v": (1.5, "VALID")}
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
-    root = tmp_path_factory.mktemp("ddp_corpus")
-    paths = make_cut_corpus(root, train=TRAIN, valid=VALID)
-    (root / "lang").mkdir()
-    shutil.copy(paths["tokens"], root / "lang" / "tokens.txt")
-    return {**paths, "lang": root / "lang"}
+    return make_cut_corpus(tmp_path_factory.mktemp("ddp_corpus"), train=TRAIN, valid=VALID)
 
 
 def free_port() -> int:

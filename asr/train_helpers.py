@@ -4,17 +4,16 @@ fp16 loss-scale care, and progress reporting (console rate/ETA + tensorboard).""
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ContextManager, Dict, Optional
 
 import torch
 import torch.distributed as dist
+
+from asr.logs import format_duration
 
 
 @dataclass
@@ -55,21 +54,6 @@ def all_reduce_sum(values: torch.Tensor, world_size: int) -> torch.Tensor:
     if world_size > 1:
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
-
-
-def setup_logging(exp_dir: Path, rank: int) -> None:
-    """Console + ``exp_dir/log/log-train-<time>[-rank]`` lines with timestamps."""
-    log_dir = exp_dir / "log"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
-    suffix = "" if rank == 0 else f"-rank{rank}"
-    handlers = [logging.FileHandler(log_dir / f"log-train-{stamp}{suffix}")]
-    if rank == 0:
-        handlers.append(logging.StreamHandler(sys.stdout))
-    logging.basicConfig(
-        level=logging.INFO, force=True, handlers=handlers,
-        format=f"%(asctime)s %(levelname)s [rank {rank}] %(message)s",
-    )
 
 
 def autocast_context(precision: str, device: torch.device) -> ContextManager:
@@ -170,12 +154,7 @@ def _eta_text(rate: float, batch_in_epoch: int, batch_idx_train: int,
               batches_per_epoch: Optional[int], max_batches: int) -> str:
     parts = []
     if batches_per_epoch and batch_in_epoch <= batches_per_epoch:
-        parts.append(f"epoch ETA {_duration((batches_per_epoch - batch_in_epoch) / rate)}")
+        parts.append(f"epoch ETA {format_duration((batches_per_epoch - batch_in_epoch) / rate)}")
     if max_batches:
-        parts.append(f"run ETA {_duration(max(max_batches - batch_idx_train, 0) / rate)}")
+        parts.append(f"run ETA {format_duration(max(max_batches - batch_idx_train, 0) / rate)}")
     return (", " + ", ".join(parts)) if parts else ""
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

@@ -7,7 +7,7 @@ Files in ``exp_dir`` (icefall's names, so existing tools find them):
   only the newest ``keep_last_k`` of these are kept.
 
 A checkpoint holds everything a resumed run needs to continue as if it had not
-stopped: model, averaged model (:mod:`zipformer.averaging`), optimizer,
+stopped: model, averaged model (:mod:`asr.averaging`), optimizer,
 scheduler, grad scaler, sampler state, RNG states, ``batch_idx_train``, epoch and
 the configuration the run was started with.
 """
@@ -24,7 +24,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 import numpy as np
 import torch
 
-PathLike = Union[str, Path]
+from asr.atomic_io import torch_save_atomically
+from asr.config import PathLike
+
 
 _ITERATION_CHECKPOINT = re.compile(r"^checkpoint-(\d+)\.pt$")
 
@@ -92,13 +94,13 @@ def save_checkpoint(
             :func:`load_checkpoint` compares it with the resuming run's.
         batch_idx_train: number of optimizer steps taken so far (global batch count).
         epoch: current epoch, 1-based.
-        model_avg: the running float64 average (:class:`zipformer.averaging.RunningAverage`
+        model_avg: the running float64 average (:class:`asr.averaging.RunningAverage`
             module) or None.
         average_period: the period, in batches, of ``model_avg`` updates; needed
             for exact averaging between two checkpoints.
         optimizer, scheduler, grad_scaler: anything with ``state_dict()``.
         sampler_state: the state of the training sampler
-            (:func:`zipformer.data.resumable_sampler_state`).
+            (:func:`asr.data.resumable_sampler_state`).
         extra: more picklable entries (e.g. best validation loss).
 
     Returns:
@@ -125,24 +127,8 @@ def save_checkpoint(
         if clashing:
             raise ValueError(f"save_checkpoint: extra entries {sorted(clashing)} clash with built-in ones")
         contents.update(extra)
-    atomic_torch_save(contents, path)
+    torch_save_atomically(contents, path)
     return path
-
-
-def atomic_torch_save(obj: Any, path: PathLike) -> None:
-    """``torch.save`` to a temporary sibling of ``path``, fsync, then rename onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "wb") as stream:
-            torch.save(obj, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def load_checkpoint(
@@ -220,6 +206,23 @@ def check_config_matches(
                 f"{_describe(before, missing)} in the checkpoint but {_describe(now, missing)} "
                 f"in this run"
             )
+
+
+def read_checkpoint_entry(path: PathLike, name: str) -> Any:
+    """One entry of a checkpoint (``config``, ``batch_idx_train``, ...), read through a
+    memory map so that its tensors are not loaded."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    if not isinstance(checkpoint, dict) or name not in checkpoint:
+        raise KeyError(f"{path} has no '{name}' entry: was it written by asr.train?")
+    return checkpoint[name]
+
+
+def list_epoch_checkpoints(exp_dir: PathLike) -> List[Tuple[int, Path]]:
+    """``(epoch, path)`` of every ``epoch-<N>.pt``, newest (largest N) first."""
+    exp_dir = Path(exp_dir)
+    found = [(int(m.group(1)), entry) for entry in (exp_dir.iterdir() if exp_dir.is_dir() else [])
+             if (m := re.fullmatch(r"epoch-(\d+)\.pt", entry.name))]
+    return sorted(found, reverse=True)
 
 
 def list_iteration_checkpoints(exp_dir: PathLike) -> List[Tuple[int, Path]]:

@@ -1,10 +1,10 @@
-"""Specification of zipformer.tokenizer: BPE and char lexicons behind one interface."""
+"""Specification of asr.tokenizer: BPE and char lexicons behind one interface."""
 
 from pathlib import Path
 
 import pytest
 
-from zipformer.tokenizer import BpeTokenizer, CharTokenizer, Tokenizer, load_tokenizer
+from asr.tokenizer import BpeTokenizer, CharTokenizer, Tokenizer, load_tokenizer
 
 SENTENCES = [
     "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG",

@@ -1,4 +1,4 @@
-"""Specification of zipformer.checkpoint and zipformer.averaging."""
+"""Specification of asr.checkpoint and asr.averaging."""
 
 from pathlib import Path
 from typing import Dict, List
@@ -6,14 +6,14 @@ from typing import Dict, List
 import pytest
 import torch
 
-from zipformer import checkpoint as checkpoint_module
-from zipformer.averaging import (
+from asr import checkpoint as checkpoint_module
+from asr.averaging import (
     average_checkpoints,
     make_averaged_model,
     update_averaged_model,
     weights_for_decoding,
 )
-from zipformer.checkpoint import (
+from asr.checkpoint import (
     CheckpointConfigMismatch,
     epoch_checkpoint_path,
     iteration_checkpoint_path,

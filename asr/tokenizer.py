@@ -18,11 +18,12 @@ import abc
 from pathlib import Path
 from typing import Dict, List, Sequence, Union
 
+from asr.config import PathLike
+
 BLANK_SYMBOL = "<blk>"
 SOS_EOS_SYMBOL = "<sos/eos>"
 UNK_SYMBOL = "<unk>"
 
-PathLike = Union[str, Path]
 
 
 class Tokenizer(abc.ABC):
@@ -127,7 +128,7 @@ class CharTokenizer(Tokenizer):
         if not tokens_path.is_file():
             raise FileNotFoundError(f"token table not found: {tokens_path}")
         self.tokens_path = tokens_path
-        self._symbol_to_id = _read_token_table(tokens_path)
+        self._symbol_to_id = read_tokens(tokens_path)
         for required in (BLANK_SYMBOL, UNK_SYMBOL):
             if required not in self._symbol_to_id:
                 raise ValueError(f"{tokens_path}: the table has no {required} line")
@@ -183,7 +184,9 @@ def load_tokenizer(lang_dir: PathLike) -> Tokenizer:
     )
 
 
-def _read_token_table(path: Path) -> Dict[str, int]:
+def read_tokens(path: PathLike) -> Dict[str, int]:
+    """icefall's ``tokens.txt`` (``symbol id`` per line) -> {symbol: id}; names the bad line."""
+    path = Path(path)
     symbol_to_id: Dict[str, int] = {}
     seen_ids: Dict[int, str] = {}
     with path.open(encoding="utf-8") as table:
@@ -205,6 +208,16 @@ def _read_token_table(path: Path) -> Dict[str, int]:
             symbol_to_id[symbol] = token_id
             seen_ids[token_id] = symbol
     return symbol_to_id
+
+
+def write_tokens(symbols: Sequence[str], path: PathLike) -> Path:
+    """Writes ``symbol id`` lines, ids counting from 0 in the given order."""
+    from asr.atomic_io import write_text_atomically
+
+    if len(set(symbols)) != len(symbols):
+        raise ValueError(f"token symbols for {path} are not unique")
+    write_text_atomically(path, "".join(f"{symbol} {index}\n" for index, symbol in enumerate(symbols)))
+    return Path(path)
 
 
 def _check_id_range(ids: Sequence[int], vocab_size: int, source: Path) -> None:

@@ -1,4 +1,4 @@
-"""Specification of zipformer.train: runs end to end and resumes bit-exactly."""
+"""Specification of asr.train: runs end to end and resumes bit-exactly."""
 
 import os
 import shutil
@@ -10,9 +10,9 @@ from typing import Dict, List
 import pytest
 import torch
 
-from zipformer.checkpoint import CheckpointConfigMismatch
-from zipformer.run_config import load_run_config
-from zipformer.train import NoTrainingBatches, main
+from asr.checkpoint import CheckpointConfigMismatch
+from asr.config import load_run_config
+from asr.train import NoTrainingBatches, main
 
 TRAIN = {
     "utt-a": (1.2, "HELLO WORLD"),
@@ -27,11 +27,7 @@ VALID = {"utt-v": (1.5, "VALID")}
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
-    root = tmp_path_factory.mktemp("train_corpus")
-    paths = make_cut_corpus(root, train=TRAIN, valid=VALID)
-    (root / "lang").mkdir()
-    shutil.copy(paths["tokens"], root / "lang" / "tokens.txt")
-    return {**paths, "lang": root / "lang"}
+    return make_cut_corpus(tmp_path_factory.mktemp("train_corpus"), train=TRAIN, valid=VALID)
 
 
 def arguments(corpus: Dict[str, Path], exp_dir: Path, *extra: str) -> List[str]:
@@ -104,8 +100,14 @@ def test_an_epoch_without_batches_is_an_error_naming_the_cause(
 
 
 def test_overrides_are_typed_and_checked() -> None:
-    config = load_run_config(None, ["model.preset=tiny", "data.shuffle=false", "train.base_lr=0.04"])
-    assert config.data.shuffle is False and config.train.base_lr == 0.04
+    config = load_run_config(None, ["model.preset=tiny", "data.shuffle=false", "optim.base_lr=0.04",
+                                    "decode.methods=ctc-greedy-search", "decode.epoch=last", "model.beam=inf"])
+    assert config.data.shuffle is False and config.optim.base_lr == 0.04
+    assert config.decode.methods == ("ctc-greedy-search",) and config.model.beam == float("inf")
+    with pytest.raises(ValueError, match="decode.methods: unknown method 'ctc-beam'"):
+        load_run_config(None, ["decode.methods=ctc-beam"])
+    with pytest.raises(ValueError, match="decode.epoch must be a positive number or 'last'"):
+        load_run_config(None, ["decode.epoch=first"])
     with pytest.raises(ValueError, match="unknown train option 'num_epoch'"):
         load_run_config(None, ["train.num_epoch=3"])
     with pytest.raises(ValueError, match="section.*one of"):
@@ -137,7 +139,7 @@ def test_preset_file_sections_and_overrides(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_torchrun_with_two_cpu_ranks(corpus: Dict[str, Path], tmp_path: Path) -> None:
     torchrun = Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun), "--nproc-per-node", "2", "-m", "zipformer.train",
+    command = [str(torchrun), "--nproc-per-node", "2", "-m", "asr.train",
                *arguments(corpus, tmp_path, "train.num_epochs=1", "train.precision=bf16")]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     subprocess.run(command, check=True, timeout=300, env=env, capture_output=True)
@@ -145,17 +147,36 @@ def test_torchrun_with_two_cpu_ranks(corpus: Dict[str, Path], tmp_path: Path) ->
     assert len(load(tmp_path / "epoch-1.pt")["rng_per_rank"]) == 2
 
 
-def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
-    """facts 2.1: batch_idx * max_duration * world_size / 600 (reference seconds)."""
-    from types import SimpleNamespace
+def test_model_vocab_size_is_refused_because_the_lexicon_decides_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="model.vocab_size is taken from the lexicon of train.lang_dir"):
+        load_run_config(None, ["model.vocab_size=500"])
+    preset = tmp_path / "train.yaml"
+    preset.write_text("model:\n  preset: tiny\n  blank_id: 3\n")
+    with pytest.raises(ValueError, match=f"model.blank_id is taken from the lexicon.*{preset}"):
+        load_run_config(preset)
+    with pytest.raises(ValueError, match="unknown model family 'conformer'"):
+        load_run_config(None, ["family=conformer"])
 
-    from zipformer.train import adjusted_batch_count
+
+def test_rerun_resumes_from_the_newest_checkpoint_and_then_says_finished(
+    corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys
+) -> None:
+    shutil.copy(uninterrupted / "checkpoint-2.pt", tmp_path / "checkpoint-2.pt")
+    main(arguments(corpus, tmp_path, "data.num_workers=1"))
+    assert_same_weights(load(uninterrupted / "epoch-2.pt"), load(tmp_path / "epoch-2.pt"))
+    before = (tmp_path / "epoch-2.pt").stat().st_mtime_ns
+    main(arguments(corpus, tmp_path))
+    assert "epoch-2.pt exists: already finished" in capsys.readouterr().out
+    assert (tmp_path / "epoch-2.pt").stat().st_mtime_ns == before
+
+
+def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
+    """icefall's get_adjusted_batch_count: batch_idx * max_duration * world_size / 600 s."""
+    from asr.train import schedule_units_per_batch
 
     config = load_run_config(None, ["data.max_duration=1400"])
-    run = SimpleNamespace(config=config, dist=SimpleNamespace(world_size=2))
-    assert adjusted_batch_count(run, 300) == 300 * 1400 * 2 / 600
+    assert schedule_units_per_batch(config, world_size=2) * 300 == 300 * 1400 * 2 / 600
     config = load_run_config(None, ["data.max_duration=40", "train.schedule_ref_duration=40"])
-    run = SimpleNamespace(config=config, dist=SimpleNamespace(world_size=1))
-    assert adjusted_batch_count(run, 1053) == 1053
+    assert schedule_units_per_batch(config, world_size=1) == 1
     with pytest.raises(ValueError, match="schedule_ref_duration must be > 0 seconds, got 0"):
         load_run_config(None, ["train.schedule_ref_duration=0"])

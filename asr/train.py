@@ -1,12 +1,14 @@
-"""Train a Zipformer CTC model with Pruned CTC, for every corpus.
+"""Train a CTC model of any family (Zipformer CTC, ...) with Pruned CTC, for every corpus.
 
-    python -m zipformer.train --config egs/librispeech/conf/train.yaml train.exp_dir=exp/m
-    torchrun --nproc-per-node 4 -m zipformer.train --config ... data.max_duration=1000
+    python -m asr.train --config egs/librispeech/conf/train.yaml train.exp_dir=exp/m
+    torchrun --nproc-per-node 4 -m asr.train --config ... data.max_duration=1000
 
-The preset (``model``/``data``/``train`` sections, :mod:`zipformer.run_config`) is the one
-source of hyper-parameters; ``section.field=value`` arguments override it. Resume exactly
-with ``train.start_batch=<B>`` (from ``checkpoint-<B>.pt``) or from the end of an epoch with
-``train.start_epoch=<N+1>`` (from ``epoch-<N>.pt``).
+The preset (``family`` and the ``model``/``optim``/``data``/``train`` sections,
+:mod:`asr.config`) is the one source of hyper-parameters; ``section.field=value``
+arguments override it. A rerun continues exactly from the newest checkpoint of
+``train.exp_dir`` (``train.auto_resume``) and says so when the last epoch is already
+there; ``train.start_batch=<B>`` (``checkpoint-<B>.pt``) or ``train.start_epoch=<N+1>``
+(``epoch-<N>.pt``) name a checkpoint explicitly.
 
 The program reads top to bottom: data, model, optimizer and schedule, resume, the loop
 (step, average, log, validate, checkpoint). Only rank 0 writes.
@@ -20,24 +22,26 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+import re
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from zipformer.averaging import make_averaged_model, update_averaged_model
-from zipformer.checkpoint import (
+from asr.averaging import make_averaged_model, update_averaged_model
+from asr.checkpoint import (
     capture_rng_state,
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     load_checkpoint,
+    read_checkpoint_entry,
     remove_old_checkpoints,
     restore_rng_state,
     save_checkpoint,
 )
-from zipformer.cut_filters import TrainingCutFilter, num_encoder_frames
-from zipformer.data import (
+from asr.cut_filters import FRAME_SHIFT_SECONDS, TrainingCutFilter
+from asr.data import (
     DataOptions,
     TrainData,
     build_train_dataloader,
@@ -46,11 +50,10 @@ from zipformer.data import (
     restore_sampler_state,
     resumable_sampler_state,
 )
-from zipformer.model import CTCModel, parameter_groups
-from zipformer.optim import Eden, ScaledAdam
-from zipformer.run_config import CHANGEABLE_ON_RESUME, RunConfig, load_run_config
-from zipformer.tokenizer import Tokenizer, load_tokenizer
-from zipformer.train_helpers import (
+from asr.config import CHANGEABLE_ON_RESUME, RunConfig, TrainOptions, load_run_config
+from asr.family import load_family
+from asr.tokenizer import Tokenizer, load_tokenizer
+from asr.train_helpers import (
     Distributed,
     ProgressReport,
     all_reduce_sum,
@@ -58,8 +61,8 @@ from zipformer.train_helpers import (
     make_grad_scaler,
     nurse_grad_scale,
     setup_distributed,
-    setup_logging,
 )
+from asr.logs import setup_logging
 
 
 @dataclass
@@ -74,6 +77,27 @@ class TrainingState:
 
 
 @dataclass
+class Trainee:
+    """What one optimizer step needs (:func:`training_step`): the model (and its DDP
+    wrapper), optimizer, schedule, fp16 loss scaler, precision and device."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    precision: str
+    device: torch.device
+    # Schedule units per batch: icefall's duration-adjusted batch count advances by
+    # max_duration * world_size / schedule_ref_duration each step.
+    schedule_units_per_batch: float = 1.0
+    trained_model: Optional[torch.nn.Module] = None  # ``model``, or its DDP wrapper
+
+    def __post_init__(self) -> None:
+        if self.trained_model is None:
+            self.trained_model = self.model
+
+
+@dataclass
 class Run:
     """The parts of a training run, built once in :func:`main`."""
 
@@ -82,14 +106,14 @@ class Run:
     tokenizer: Tokenizer
     train_data: TrainData
     valid_loader: torch.utils.data.DataLoader
-    model: CTCModel
-    trained_model: torch.nn.Module  # ``model``, or its DDP wrapper
+    trainee: Trainee
     model_avg: Optional[torch.nn.Module]  # float64 running average, rank 0 only
-    optimizer: ScaledAdam
-    scheduler: Eden
-    scaler: torch.amp.GradScaler
     report: ProgressReport
     after_step: Optional["StepHook"] = None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.trainee.model
 
 
 # Called as hook(run, batch, state) after every optimizer step: lets a caller (the DDP
@@ -99,27 +123,32 @@ StepHook = Callable[[Run, dict, TrainingState], None]
 
 def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = None) -> None:
     args = parse_args(argv)
-    config = load_run_config(args.config, args.overrides)
+    try:
+        config = load_run_config(args.config, args.overrides)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"ERROR: {error}") from None
     options = config.train
     exp_dir = Path(options.exp_dir)
+    if finished_already(config):
+        print(f"training: {epoch_checkpoint_path(exp_dir, options.num_epochs)} exists: already finished")
+        return
     dist = setup_distributed(options.device)
-    setup_logging(exp_dir, dist.rank)
+    setup_logging(exp_dir, "train", dist.rank)
     seed_everything(options.seed)
 
     # Data. The lexicon decides the model's output classes.
     tokenizer = load_tokenizer(options.lang_dir)
-    config.model = dataclasses.replace(config.model, vocab_size=tokenizer.vocab_size, blank_id=tokenizer.blank_id)
-    train_data = build_train_data(config.data, tokenizer, dist)
+    config.model = with_lexicon_size(config.model, tokenizer)
+    family = load_family(config.family)
+    model = family.build_model(config.model, tokenizer.vocab_size, tokenizer.blank_id).to(dist.device)
+    train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
     # Model and its running average (float64, on the CPU), optimizer, learning-rate schedule.
-    model, optimizer, scheduler = build_model_and_optimizer(config, dist.device)
+    optimizer, scheduler = family.build_optimizer(model, config.optim)
     model_avg = make_averaged_model(model) if dist.is_main else None
     logging.info("config: %s", config.to_dict())
-    logging.info("number of model parameters: %d", model.num_parameters())
-
-    # fp16 loss scaling.
-    scaler = make_grad_scaler(options.precision, dist.device)
+    logging.info("number of model parameters: %d", sum(p.numel() for p in model.parameters()))
 
     writer = None
     if dist.is_main and options.tensorboard:
@@ -130,8 +159,11 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     if dist.world_size > 1:
         device_ids = [dist.local_rank] if dist.device.type == "cuda" else None
         trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
-    run = Run(config, dist, tokenizer, train_data, valid_loader, model, trained_model, model_avg,
-              optimizer, scheduler, scaler, ProgressReport(options.log_interval, writer), after_step)
+    trainee = Trainee(model, optimizer, scheduler, make_grad_scaler(options.precision, dist.device),
+                      options.precision, dist.device, schedule_units_per_batch(config, dist.world_size),
+                      trained_model)
+    run = Run(config, dist, tokenizer, train_data, valid_loader, trainee, model_avg,
+              ProgressReport(options.log_interval, writer), after_step)
     state = resume(run)
 
     # The loop.
@@ -159,19 +191,40 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         torch.distributed.destroy_process_group()
 
 
+def finished_already(config: RunConfig) -> bool:
+    """True when a resumable run's last epoch checkpoint exists (nothing left to train)."""
+    options = config.train
+    return (options.auto_resume and options.start_epoch == 1 and options.start_batch == 0
+            and epoch_checkpoint_path(options.exp_dir, options.num_epochs).is_file())
+
+
+def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:
+    """The model section with the lexicon's size and blank id, for a truthful saved config."""
+    names = {f.name for f in dataclasses.fields(model_config)}
+    values = {k: v for k, v in (("vocab_size", tokenizer.vocab_size), ("blank_id", tokenizer.blank_id)) if k in names}
+    return dataclasses.replace(model_config, **values)
+
+
+def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:
+    """icefall's duration-adjusted batch count per step (egs/librispeech/ASR/zipformer/train.py,
+    get_adjusted_batch_count): seconds of audio per step over the reference duration."""
+    return config.data.max_duration * world_size / config.train.schedule_ref_duration
+
+
 class NoTrainingBatches(RuntimeError):
     """The training cuts give no batch: the filters dropped them, or too few remain to fill one."""
 
 
-def build_train_data(options: DataOptions, tokenizer: Tokenizer, dist: Distributed) -> TrainData:
+def build_train_data(options: DataOptions, tokenizer: Tokenizer, output_frames: Callable[[int], int],
+                     dist: Distributed) -> TrainData:
     """The training loader of this rank; NoTrainingBatches if the filters leave fewer cuts
     than the sampler's buckets (Lhotse's bucket estimate asserts on that)."""
     try:
-        return build_train_dataloader(options, tokenizer, world_size=dist.world_size, rank=dist.rank)
+        return build_train_dataloader(options, tokenizer, output_frames, world_size=dist.world_size, rank=dist.rank)
     except AssertionError as error:
         if "number of buckets" not in str(error):
             raise
-        cut_filter = TrainingCutFilter(tokenizer, options.min_cut_duration, options.max_cut_duration)
+        cut_filter = TrainingCutFilter(tokenizer, output_frames, options.min_cut_duration, options.max_cut_duration)
         for _ in load_cuts_lazy(options.train_cuts, "train_cuts", seed=options.seed).filter(cut_filter):
             pass
         raise NoTrainingBatches(no_batches_message(options, cut_filter.summary(), dist.world_size)) from error
@@ -189,30 +242,26 @@ def no_batches_message(options: DataOptions, filter_summary: str, world_size: in
     )
 
 
-def build_model_and_optimizer(config: RunConfig, device: torch.device) -> tuple:
-    """The CTC model on ``device``, its ScaledAdam optimizer and Eden schedule, as training uses them.
-
-    Returns:
-        (model, optimizer, scheduler).
-    """
-    options = config.train
-    model = CTCModel(config.model).to(device)
-    optimizer = ScaledAdam(parameter_groups(model, options.base_lr), lr=options.base_lr,
-                           clipping_scale=options.clipping_scale)
-    scheduler = Eden(optimizer, lr_batches=options.lr_batches, lr_epochs=options.lr_epochs,
-                     warmup_batches=options.warmup_batches, warmup_start=options.warmup_start)
-    return model, optimizer, scheduler
+def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blank_id: int = 0) -> Trainee:
+    """Model, optimizer, schedule and loss scaler of ``config``'s family on ``device``, as
+    :func:`main` builds them for one process (benchmarks use it too)."""
+    family = load_family(config.family)
+    model = family.build_model(config.model, vocab_size, blank_id).to(device)
+    optimizer, scheduler = family.build_optimizer(model, config.optim)
+    return Trainee(model, optimizer, scheduler, make_grad_scaler(config.train.precision, device),
+                   config.train.precision, device, schedule_units_per_batch(config, 1))
 
 
 def train_one_epoch(run: Run, state: TrainingState) -> bool:
     """Train on the rest of the current epoch; True if ``train.max_batches`` stopped it."""
     options = run.config.train
-    run.trained_model.train()
+    run.trainee.trained_model.train()
     for batch in run.train_data.loader:
         state.batch_idx_train += 1
         state.batch_in_epoch += 1
-        loss_sum, frames, excluded = training_step(run, batch, state.batch_idx_train)
-        audio_seconds = batch["feature_lens"].sum().item() * 0.01
+        targets = run.tokenizer.encode(batch["texts"])
+        loss_sum, frames, excluded = training_step(run.trainee, batch, targets, state.batch_idx_train)
+        audio_seconds = batch["feature_lens"].sum().item() * FRAME_SHIFT_SECONDS
         run.report.add(loss_sum, frames, audio_seconds, len(batch["texts"]), excluded)
         if run.model_avg is not None:
             update_averaged_model(run.model_avg, run.model, state.batch_idx_train, options.average_period)
@@ -220,7 +269,8 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
             run.after_step(run, batch, state)
         run.report.maybe_report(
             epoch=state.epoch, batch_in_epoch=state.batch_in_epoch, batch_idx_train=state.batch_idx_train,
-            lr=run.scheduler.get_last_lr()[0], grad_scale=run.scaler.get_scale() if run.scaler.is_enabled() else 1.0,
+            lr=run.trainee.scheduler.get_last_lr()[0],
+            grad_scale=run.trainee.scaler.get_scale() if run.trainee.scaler.is_enabled() else 1.0,
             batches_per_epoch=state.batches_per_epoch, max_batches=options.max_batches,
         )
         if state.batch_idx_train % options.valid_interval == 0:
@@ -232,37 +282,31 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
     return False
 
 
-def adjusted_batch_count(run: Run, batch_idx_train: int) -> float:
-    """icefall's duration-adjusted batch count that drives the model's schedules."""
-    seconds_per_step = run.config.data.max_duration * run.dist.world_size
-    return batch_idx_train * seconds_per_step / run.config.train.schedule_ref_duration
-
-
-def training_step(run: Run, batch: dict, batch_idx_train: int) -> tuple:
-    """Forward, backward and optimizer step on one batch.
+def training_step(trainee: Trainee, batch: dict, targets: List[List[int]], batch_idx_train: int) -> tuple:
+    """Forward, backward and optimizer step on one batch (``features``, ``feature_lens``).
 
     Returns:
-        (summed loss, encoder frames of the utterances that contributed, excluded utterances).
+        (summed loss, model frames of the utterances that contributed, excluded utterances).
     """
-    device = run.dist.device
+    device, model = trainee.device, trainee.model
     features = batch["features"].to(device)
     feature_lens = batch["feature_lens"].to(device)
-    targets = run.tokenizer.encode(batch["texts"])
-    run.model.set_batch_count(adjusted_batch_count(run, batch_idx_train))
-    with autocast_context(run.config.train.precision, device):
-        loss, stats = run.trained_model(features, feature_lens, targets, return_stats=True)
-    run.scaler.scale(loss).backward()
-    run.scheduler.step_batch(batch_idx_train)
-    run.scaler.step(run.optimizer)
-    run.scaler.update()
-    run.optimizer.zero_grad(set_to_none=True)
-    nurse_grad_scale(run.scaler, batch_idx_train)
-    return loss.item(), contributing_frames(feature_lens, stats.excluded), stats.num_excluded
+    if hasattr(model, "set_batch_count"):
+        model.set_batch_count(batch_idx_train * trainee.schedule_units_per_batch)
+    with autocast_context(trainee.precision, device):
+        loss, stats = trainee.trained_model(features, feature_lens, targets, return_stats=True)
+    trainee.scaler.scale(loss).backward()
+    trainee.scheduler.step_batch(batch_idx_train)
+    trainee.scaler.step(trainee.optimizer)
+    trainee.scaler.update()
+    trainee.optimizer.zero_grad(set_to_none=True)
+    nurse_grad_scale(trainee.scaler, batch_idx_train)
+    return loss.item(), contributing_frames(model, feature_lens, stats.excluded), stats.num_excluded
 
 
-def contributing_frames(feature_lens: torch.Tensor, excluded: torch.Tensor) -> int:
-    """Encoder frames summed over the utterances the loss did not exclude."""
-    frames = num_encoder_frames(feature_lens)
+def contributing_frames(model: torch.nn.Module, feature_lens: torch.Tensor, excluded: torch.Tensor) -> int:
+    """Model frames summed over the utterances the loss did not exclude."""
+    frames = model.output_lengths(feature_lens)
     return int(frames[~excluded.to(frames.device)].sum().item())
 
 
@@ -273,11 +317,11 @@ def validate(run: Run, state: TrainingState) -> float:
     totals = torch.zeros(2, dtype=torch.float64, device=run.dist.device)
     for batch in run.valid_loader:
         feature_lens = batch["feature_lens"].to(run.dist.device)
-        with autocast_context(run.config.train.precision, run.dist.device):
+        with autocast_context(run.trainee.precision, run.dist.device):
             loss, stats = run.model(batch["features"].to(run.dist.device), feature_lens,
                                     run.tokenizer.encode(batch["texts"]), return_stats=True)
         totals[0] += loss.item()
-        totals[1] += contributing_frames(feature_lens, stats.excluded)
+        totals[1] += contributing_frames(run.model, feature_lens, stats.excluded)
     all_reduce_sum(totals, run.dist.world_size)
     run.model.train()
     valid_loss = (totals[0] / totals[1].clamp(min=1)).item()
@@ -297,7 +341,7 @@ def save(run: Run, state: TrainingState, path: Path) -> None:
     save_checkpoint(
         path, model=run.model, config=run.config.to_dict(), batch_idx_train=state.batch_idx_train,
         epoch=state.epoch, model_avg=run.model_avg, average_period=options.average_period,
-        optimizer=run.optimizer, scheduler=run.scheduler, grad_scaler=run.scaler,
+        optimizer=run.trainee.optimizer, scheduler=run.trainee.scheduler, grad_scaler=run.trainee.scaler,
         sampler_state=resumable_sampler_state(run.train_data.sampler, state.batch_in_epoch),
         extra={"rng_per_rank": rng_per_rank, "batch_in_epoch": state.batch_in_epoch,
                "batches_per_epoch": state.batches_per_epoch, "best_valid_loss": state.best_valid_loss},
@@ -306,19 +350,41 @@ def save(run: Run, state: TrainingState, path: Path) -> None:
     remove_old_checkpoints(options.exp_dir, options.keep_last_k)
 
 
-def resume(run: Run) -> TrainingState:
-    """Load the checkpoint named by ``train.start_batch`` / ``train.start_epoch``, if any."""
-    options = run.config.train
+def checkpoint_to_resume(options: TrainOptions) -> Optional[Path]:
+    """The checkpoint named by ``train.start_batch`` / ``train.start_epoch``, else (with
+    ``train.auto_resume``) the newest ``epoch-N.pt`` or ``checkpoint-B.pt`` of exp_dir."""
     if options.start_batch > 0:
-        path = iteration_checkpoint_path(options.exp_dir, options.start_batch)
-    elif options.start_epoch > 1:
-        path = epoch_checkpoint_path(options.exp_dir, options.start_epoch - 1)
-    else:
+        return iteration_checkpoint_path(options.exp_dir, options.start_batch)
+    if options.start_epoch > 1:
+        return epoch_checkpoint_path(options.exp_dir, options.start_epoch - 1)
+    if not options.auto_resume:
+        return None
+    candidates = [(position, path) for path in Path(options.exp_dir).glob("*.pt")
+                  if (position := checkpoint_position(path)) is not None]
+    return max(candidates)[1] if candidates else None
+
+
+def checkpoint_position(path: Path) -> Optional[Tuple[int, int]]:
+    """Where a checkpoint stands in training, comparable between epoch and batch checkpoints
+    (the global batch count it holds, an epoch checkpoint after a batch one of the same
+    count), or None for another file."""
+    match = re.fullmatch(r"(epoch|checkpoint)-(\d+)\.pt", path.name)
+    if match is None:
+        return None
+    batch_count = read_checkpoint_entry(path, "batch_idx_train")
+    return (int(batch_count), 1 if match.group(1) == "epoch" else 0)
+
+
+def resume(run: Run) -> TrainingState:
+    """Load the checkpoint of :func:`checkpoint_to_resume`, if any."""
+    options = run.config.train
+    path = checkpoint_to_resume(options)
+    if path is None:
         return TrainingState()
     checkpoint = load_checkpoint(
         path, expected_config=run.config.to_dict(), ignore_config_fields=CHANGEABLE_ON_RESUME,
-        model=run.model, model_avg=run.model_avg, optimizer=run.optimizer,
-        scheduler=run.scheduler, grad_scaler=run.scaler,
+        model=run.model, model_avg=run.model_avg, optimizer=run.trainee.optimizer,
+        scheduler=run.trainee.scheduler, grad_scaler=run.trainee.scaler,
     )
     rng_states: List[Any] = checkpoint.get("rng_per_rank") or []
     if len(rng_states) == run.dist.world_size:
@@ -331,7 +397,7 @@ def resume(run: Run) -> TrainingState:
         batches_per_epoch=checkpoint.get("batches_per_epoch"),
         best_valid_loss=checkpoint.get("best_valid_loss", float("inf")),
     )
-    if options.start_batch > 0:
+    if not path.name.startswith("epoch-"):
         # Mid-epoch: continue the same epoch from the first batch not yet trained on.
         restore_sampler_state(run.train_data.sampler, checkpoint["sampler"])
         state.batch_in_epoch = checkpoint["batch_in_epoch"]
@@ -359,10 +425,11 @@ def seed_everything(seed: int) -> None:
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Train a Zipformer CTC model with Pruned CTC.",
+        description="Train a CTC model (Zipformer CTC, ...) with Pruned CTC.",
         epilog="Overrides: section.field=value, e.g. train.num_epochs=30 data.max_duration=600 model.preset=S",
     )
-    parser.add_argument("--config", type=Path, default=None, help="preset YAML with model/data/train sections")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="preset YAML with family and model/optim/data/train/decode sections")
     parser.add_argument("overrides", nargs="*", help="section.field=value overrides of the preset")
     return parser.parse_args(argv)
 

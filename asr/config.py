@@ -1,0 +1,377 @@
+"""The configuration of a run: one YAML preset plus ``section.field=value`` overrides.
+
+A recipe's ``egs/<corpus>/conf/<model>.yaml`` has up to five sections and names its
+model family (default ``zipformer``)::
+
+    family: zipformer
+    model:            # the family's model config (zipformer.presets.ZipformerConfig)
+      preset: M
+    optim:            # the family's optimizer and schedule (ScaledAdam + Eden for zipformer)
+      base_lr: 0.045
+    data:             # DataOptions below: manifests, batching, augmentation
+      max_duration: 1000
+    train:            # TrainOptions below: the training loop
+      num_epochs: 50
+    decode:           # DecodeOptions below: checkpoint choice and search
+      beam: 4
+
+Every program (``asr.train``, ``asr.decode``, the benchmarks, the recipes' shell) reads
+it with :func:`load_run_config`; any field can be overridden on the command line as
+``section.field=value`` (``train.num_epochs=30 data.max_duration=600 model.preset=S``).
+Values are read as the type of the field they set; an unknown section or field is an
+error naming it. Each default lives once: in the dataclass that owns the field.
+
+This module imports the standard library and yaml only (and a family's config module,
+which must do the same), so reading a preset is cheap and imports no lhotse or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+
+PathLike = Union[str, Path]
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+SECTIONS = ("model", "optim", "data", "train", "decode")
+DECODING_METHODS = ("ctc-greedy-search", "ctc-prefix-beam-search")
+
+# Model families: name -> (model section class, optim section class, the module that
+# builds model and optimizer; see asr.family). The classes' modules import the standard
+# library only.
+FAMILIES: Dict[str, Tuple[str, str, str]] = {
+    "zipformer": ("zipformer.presets:ZipformerConfig", "zipformer.presets:ScaledAdamOptions", "zipformer.family"),
+}
+DEFAULT_FAMILY = "zipformer"
+
+# Fields that a resumed run may change without invalidating its checkpoint.
+CHANGEABLE_ON_RESUME = (
+    "train.num_epochs", "train.start_epoch", "train.start_batch", "train.exp_dir", "train.auto_resume",
+    "train.log_interval", "train.valid_interval", "train.save_every_n", "train.keep_last_k",
+    "train.max_batches", "train.tensorboard", "train.device", "data.num_workers",
+    "data.train_cuts", "data.valid_cuts", "data.musan_cuts", "train.lang_dir", "decode",
+)
+
+
+@dataclass
+class DataOptions:
+    """The data module's settings (:mod:`asr.data`). Durations are in seconds; defaults
+    are icefall's LibriSpeech values."""
+
+    # Cut manifests; several comma-separated files (or glob patterns of pieces) are
+    # interleaved (see asr.data.load_cuts_lazy).
+    train_cuts: str = (
+        "data/fbank/librispeech_cuts_train-clean-100.jsonl.gz,"
+        "data/fbank/librispeech_cuts_train-clean-360.jsonl.gz,"
+        "data/fbank/librispeech_cuts_train-other-500.jsonl.gz"
+    )
+    valid_cuts: str = "data/fbank/librispeech_cuts_dev-clean.jsonl.gz,data/fbank/librispeech_cuts_dev-other.jsonl.gz"
+    musan_cuts: str = "data/fbank/musan_cuts.jsonl.gz"
+    max_duration: float = 200.0  # total seconds of audio per batch
+    num_buckets: int = 30
+    shuffle: bool = True
+    drop_last: bool = True
+    num_workers: int = 2
+    seed: int = 42
+    on_the_fly_feats: bool = False  # compute 80-dim fbank from audio instead of reading it
+    min_cut_duration: float = 1.0
+    max_cut_duration: float = 20.0
+    enable_musan: bool = True
+    musan_prob: float = 0.5
+    musan_snr_min: float = 10.0  # dB
+    musan_snr_max: float = 20.0  # dB
+    enable_spec_aug: bool = True
+    spec_aug_time_warp_factor: int = 80
+    spec_aug_num_feature_masks: int = 2
+    spec_aug_features_mask_size: int = 27  # frequency bins
+    spec_aug_num_frame_masks: int = 10
+    spec_aug_frames_mask_size: int = 100  # frames
+
+    def __post_init__(self) -> None:
+        positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"data.{name} must be positive, got {getattr(self, name)!r}")
+        non_negative = ("num_workers", "min_cut_duration", "spec_aug_num_feature_masks", "spec_aug_num_frame_masks")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ValueError(f"data.{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.musan_prob <= 1.0:
+            raise ValueError(f"data.musan_prob must be in [0, 1], got {self.musan_prob!r}")
+        if self.min_cut_duration > self.max_cut_duration:
+            raise ValueError(f"data.min_cut_duration {self.min_cut_duration} exceeds data.max_cut_duration "
+                             f"{self.max_cut_duration}")
+        if self.musan_snr_min > self.musan_snr_max:
+            raise ValueError(f"data.musan_snr_min {self.musan_snr_min} exceeds data.musan_snr_max "
+                             f"{self.musan_snr_max}")
+
+
+@dataclass
+class TrainOptions:
+    """The training loop's settings; defaults are icefall's LibriSpeech Zipformer-M recipe."""
+
+    exp_dir: str = "exp/zipformer"
+    lang_dir: str = "data/lang_bpe_500"
+    num_epochs: int = 30
+    # With auto_resume, a run continues from the newest checkpoint of exp_dir (and says
+    # "already finished" when epoch-<num_epochs>.pt exists). start_epoch / start_batch name
+    # a checkpoint explicitly: epoch-<start_epoch - 1>.pt or checkpoint-<start_batch>.pt.
+    auto_resume: bool = True
+    start_epoch: int = 1
+    start_batch: int = 0
+    precision: str = "fp32"  # fp32, bf16 (autocast) or fp16 (autocast + GradScaler)
+    average_period: int = 200  # batches between model_avg updates
+    save_every_n: int = 4000  # batches between checkpoint-<batch>.pt files (0: never)
+    keep_last_k: int = 30  # checkpoint-<batch>.pt files kept (0: all)
+    valid_interval: int = 3000  # batches between validations (and after every epoch)
+    log_interval: int = 50  # batches between console/tensorboard lines
+    seed: int = 42
+    device: str = "auto"  # auto, cpu, cuda
+    tensorboard: bool = True
+    max_batches: int = 0  # stop after this many global batches (0: no limit)
+    # The model's schedules (dropout, layer skipping, balancers) advance with
+    # batch_idx * max_duration * world_size / schedule_ref_duration: icefall's
+    # duration-adjusted batch count (egs/librispeech/ASR/zipformer/train.py,
+    # get_adjusted_batch_count, reference 600 s). Recipes with small batches may lower it
+    # so that the schedules finish within a short run.
+    schedule_ref_duration: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"train.precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.start_epoch < 1:
+            raise ValueError(f"train.start_epoch must be >= 1, got {self.start_epoch}")
+        if not self.schedule_ref_duration > 0:
+            raise ValueError(f"train.schedule_ref_duration must be > 0 seconds, got "
+                             f"{self.schedule_ref_duration}")
+        for name in ("num_epochs", "average_period", "log_interval", "valid_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        if self.start_epoch > 1 and self.start_batch > 0:
+            raise ValueError("give train.start_epoch or train.start_batch to resume, not both")
+
+
+@dataclass
+class DecodeOptions:
+    """The decoder's settings (:mod:`asr.decode`): which weights, which search, which data.
+
+    The weights are chosen as icefall's decoders choose them: ``epoch`` (a number or
+    ``last``) or ``iter`` (a batch number or ``last``; ``0`` means use ``epoch``), ``avg``
+    checkpoints, and ``use_averaged_model`` for the exact running average between them.
+    """
+
+    epoch: str = "last"
+    iter: str = "0"
+    avg: int = 1
+    use_averaged_model: bool = True
+    methods: Tuple[str, ...] = DECODING_METHODS
+    beam: int = 4  # prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2)
+    token_penalty: float = 0.0  # added per emitted token (paper App. D.3: 0.3 or 0.7 for LLM-CTC)
+    test_cuts: str = ""  # comma-separated manifests, or NAME=PATH items
+    max_duration: float = 0.0  # seconds per batch; 0: data.max_duration
+    compute_cer: str = "auto"  # auto (a character lexicon scores characters), true, false
+    text_normalization: str = "none"  # none, gigaspeech (the official scoring rules)
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        self.methods = tuple(dict.fromkeys(self.methods))
+        for method in self.methods:
+            if method not in DECODING_METHODS:
+                raise ValueError(f"decode.methods: unknown method {method!r}; valid: {list(DECODING_METHODS)}")
+        if not self.methods:
+            raise ValueError(f"decode.methods is empty; valid: {list(DECODING_METHODS)}")
+        if self.epoch != "last" and not _is_count(self.epoch, minimum=1):
+            raise ValueError(f"decode.epoch must be a positive number or 'last', got {self.epoch!r}")
+        if self.iter != "last" and not _is_count(self.iter, minimum=0):
+            raise ValueError(f"decode.iter must be a batch number, 'last' or 0 (use decode.epoch), got {self.iter!r}")
+        if self.avg < 1:
+            raise ValueError(f"decode.avg must be >= 1, got {self.avg}")
+        if self.beam < 1:
+            raise ValueError(f"decode.beam must be >= 1, got {self.beam}")
+        if self.max_duration < 0:
+            raise ValueError(f"decode.max_duration must be >= 0, got {self.max_duration}")
+        choices = {"compute_cer": ("auto", "true", "false"), "text_normalization": ("none", "gigaspeech"),
+                   "device": ("auto", "cpu", "cuda")}
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise ValueError(f"decode.{name} must be one of {valid}, got {getattr(self, name)!r}")
+
+
+def _is_count(text: str, minimum: int) -> bool:
+    return text.isdigit() and int(text) >= minimum
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run: the family and its five sections."""
+
+    family: str = DEFAULT_FAMILY
+    model: Any = None
+    optim: Any = None
+    data: DataOptions = field(default_factory=DataOptions)
+    train: TrainOptions = field(default_factory=TrainOptions)
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+
+    def __post_init__(self) -> None:
+        model_class, optim_class = family_config_classes(self.family)
+        if self.model is None:
+            self.model = model_class()
+        if self.optim is None:
+            self.optim = optim_class()
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain nested dict (saved in every checkpoint, compared on resume)."""
+        return {"family": self.family, **{name: section_to_dict(getattr(self, name)) for name in SECTIONS}}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], overrides: Iterable[str] = ()) -> "RunConfig":
+        """The inverse of :meth:`to_dict` (a checkpoint's saved configuration), with
+        ``section.field=value`` overrides applied."""
+        document = dict(values)
+        return _build(document, _overrides_by_section(overrides, document), source="saved configuration")
+
+
+def section_to_dict(section: Any) -> Dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(section).items()}
+
+
+def family_config_classes(family: str) -> Tuple[type, type]:
+    """The model and optim section classes of a family."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; valid: {sorted(FAMILIES)}")
+    return tuple(_import_class(spec) for spec in FAMILIES[family][:2])  # type: ignore[return-value]
+
+
+def _import_class(spec: str) -> type:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_run_config(path: Optional[PathLike] = None, overrides: Iterable[str] = ()) -> RunConfig:
+    """Read a preset YAML (``family`` and the sections of :data:`SECTIONS`) and apply
+    ``section.field=value`` overrides (``family=NAME`` switches the family)."""
+    document: Dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"--config: preset file not found: {path}")
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        source = str(path)
+        if not isinstance(document, dict):
+            raise ValueError(f"{path}: expected a mapping with sections {list(SECTIONS)} at the top level")
+        unknown = sorted(set(document) - set(SECTIONS) - {"family"})
+        if unknown:
+            raise ValueError(f"{path}: unknown section(s) {unknown}; valid: 'family' and {list(SECTIONS)}")
+    by_section = _overrides_by_section(overrides, document)
+    for name in ("vocab_size", "blank_id"):
+        given = name in (document.get("model") or {}) or any(o.split("=")[0].strip() == name for o in by_section["model"])
+        if given:
+            raise ValueError(f"model.{name} is taken from the lexicon of train.lang_dir (its tokens.txt or "
+                             f"bpe.model); remove it from {source} and the overrides")
+    return _build(document, by_section, source)
+
+
+def _overrides_by_section(overrides: Iterable[str], document: Dict[str, Any]) -> Dict[str, List[str]]:
+    """``section.field=value`` items grouped by section (``family=NAME`` goes into ``document``)."""
+    by_section: Dict[str, List[str]] = {name: [] for name in SECTIONS}
+    for item in overrides:
+        section, _, rest = item.partition(".")
+        if item.startswith("family="):
+            document["family"] = item.partition("=")[2].strip()
+            continue
+        if "=" not in item or section not in SECTIONS or not rest or "=" not in rest:
+            raise ValueError(f"override {item!r} is not of the form <section>.<field>=<value> with section one "
+                             f"of {list(SECTIONS)} (or family=<name>)")
+        by_section[section].append(rest)
+    return by_section
+
+
+def _build(document: Dict[str, Any], by_section: Dict[str, List[str]], source: str) -> RunConfig:
+    family = document.get("family") or DEFAULT_FAMILY
+    model_class, optim_class = family_config_classes(family)
+    classes = {"model": model_class, "optim": optim_class, "data": DataOptions, "train": TrainOptions,
+               "decode": DecodeOptions}
+    sections = {}
+    for name, kind in classes.items():
+        values = document.get(name) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"{source}: section {name!r} must be a mapping, got {values!r}")
+        sections[name] = build_section(kind, values, by_section[name], name)
+    return RunConfig(family=family, **sections)
+
+
+Section = TypeVar("Section")
+
+
+def build_section(kind: Type[Section], values: Mapping[str, Any], overrides: Iterable[str], section: str) -> Section:
+    """A section's dataclass from its YAML values and ``field=value`` overrides.
+
+    Overrides are typed by the field they set. A class may accept keys that are not
+    fields (``extra_keys``, e.g. a model's ``preset``) and build itself from the merged
+    mapping (``from_dict``); otherwise the fields are its keyword arguments.
+    """
+    types = field_types(kind)
+    types.update(getattr(kind, "extra_keys", {}))
+    merged = dict(values)
+    for name in merged:
+        if name not in types:
+            raise ValueError(f"unknown {section} option {name!r}; valid: {sorted(types)}")
+    for item in overrides:
+        name, _, raw = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in types:
+            raise ValueError(f"unknown {section} option {name!r} in override '{section}.{item}'; "
+                             f"valid: {sorted(types)}")
+        merged[name] = parse_value(raw.strip(), types[name], f"{section}.{name}")
+    builder = getattr(kind, "from_dict", None)
+    try:
+        return builder(merged) if builder is not None else kind(**merged)
+    except TypeError as error:
+        raise ValueError(f"{section}: {error}") from None
+
+
+def field_types(kind: type) -> Dict[str, str]:
+    """Field name -> type as written in the class (``int``, ``Optional[float]``, ...)."""
+    return {f.name: f.type if isinstance(f.type, str) else _type_name(f.type) for f in dataclasses.fields(kind)}
+
+
+def _type_name(kind: Any) -> str:
+    return getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+
+
+def parse_value(raw: str, kind: str, name: str) -> Any:
+    """``raw`` read as ``kind``: bool, int, float, str, ``Optional[...]`` of one of them
+    (``none`` / ``null`` / empty give None) or ``Tuple[int|str, ...]`` (comma separated)."""
+    kind = kind.replace(" ", "")
+    try:
+        if kind.startswith("Optional["):
+            if raw.lower() in ("none", "null", "~", ""):
+                return None
+            return parse_value(raw, kind[len("Optional["):-1], name)
+        if kind.startswith(("Tuple[", "tuple[")):
+            item_kind = kind[kind.index("[") + 1:].split(",")[0]
+            return tuple(parse_value(v.strip(), item_kind, name) for v in raw.split(",") if v.strip())
+        if kind == "bool":
+            lowered = raw.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        return raw
+    except ValueError:
+        raise ValueError(f"cannot read {name}={raw!r} as {kind}") from None
+
+
+__all__ = ["RunConfig", "DataOptions", "TrainOptions", "DecodeOptions", "load_run_config", "build_section",
+           "parse_value", "family_config_classes", "FAMILIES", "SECTIONS", "CHANGEABLE_ON_RESUME", "PathLike"]

@@ -1,0 +1,43 @@
+"""How a model family plugs into the trainer (:mod:`asr.train`) and decoder (:mod:`asr.decode`).
+
+A family is named in a run's configuration (``family: zipformer``) and registered in
+:data:`asr.config.FAMILIES` with its ``model`` and ``optim`` section classes and a module
+that provides two functions::
+
+    build_model(model_config, vocab_size, blank_id) -> model
+    build_optimizer(model, optim_options) -> (optimizer, scheduler)
+
+The model is a ``torch.nn.Module`` with
+
+* ``forward(features, feature_lens, targets, return_stats=True) -> (loss, stats)``: the
+  summed CTC loss of a batch; ``stats.excluded`` (N,) marks utterances the loss left out
+  and ``stats.num_excluded`` counts them (:class:`pruned_ctc.LossStats`);
+* ``log_probs(features, feature_lens) -> (log_probs (N, T', V), lengths (N,))`` for decoding;
+* ``output_lengths(num_feature_frames)``: T' for an int or a tensor of lengths (the cut
+  filter's alignability rule and the per-frame loss use it);
+* optionally ``set_batch_count(count)`` (schedules driven by the duration-adjusted batch
+  count) and ``checkpoint_state_dict()`` / ``load_checkpoint_state_dict(state)`` when a
+  checkpoint should hold less than ``state_dict()`` (e.g. only the trainable parameters
+  next to a frozen pretrained LLM).
+
+The scheduler steps per batch and per epoch (``step_batch(batch_idx)``,
+``step_epoch(epoch)``), reports ``get_last_lr()`` and saves ``state_dict()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from asr.config import FAMILIES
+
+
+def load_family(name: str) -> ModuleType:
+    """The module that builds the models and optimizers of family ``name``."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown model family {name!r}; valid: {sorted(FAMILIES)}")
+    module = importlib.import_module(FAMILIES[name][2])
+    for function in ("build_model", "build_optimizer"):
+        if not callable(getattr(module, function, None)):
+            raise TypeError(f"family {name!r}: module {module.__name__} has no function {function}()")
+    return module
