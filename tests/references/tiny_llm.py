@@ -1,0 +1,32 @@
+"""Helpers for the LLM-CTC tests: a tiny Qwen3 config with the real head size, random
+features, and LoRA perturbation."""
+
+import torch
+
+QWEN3_HEAD_ROWS = 151_936
+QWEN3_TOKENIZER_SIZE = 151_669
+WIDTH = 64
+
+
+def tiny_qwen3_config(**overrides):
+    from transformers import Qwen3Config
+
+    values = dict(vocab_size=QWEN3_HEAD_ROWS, hidden_size=WIDTH, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                  max_position_embeddings=4096)
+    values.update(overrides)
+    return Qwen3Config(**values)
+
+
+def perturb_lora(model, scale: float = 0.05) -> None:
+    """peft starts LoRA B at zero (no effect); random B makes LoRA change the output."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=scale)
+
+
+def random_features(lengths, dim=80, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(len(lengths), max(lengths), dim, generator=generator)
+    return features, torch.tensor(lengths)
