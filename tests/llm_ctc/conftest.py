@@ -62,6 +62,19 @@ def tiny_qwen3_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_untied_qwen3_dir(tmp_path_factory) -> Path:
+    """Separate input embeddings and head (as Qwen3-8B and larger): with a tied random
+    head, generation only repeats its last token (each embedding points at its own row)."""
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(4)
+    model = Qwen3ForCausalLM(tiny_qwen3_config(tie_word_embeddings=False))
+    folder = tmp_path_factory.mktemp("tiny-qwen3-untied")
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen3_asr_dir(tmp_path_factory) -> Path:
     from transformers import Qwen3ASRConfig, Qwen3ASRForConditionalGeneration
 
@@ -107,3 +120,13 @@ def ctc_model(ctc_config, qwen3_tokenizer):
     model = LLMCTCModel(ctc_config, tokenizer=qwen3_tokenizer)
     perturb_lora(model)
     return model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """One thread: the 151,936-row head products are small and several test runs may
+    share a core (two threads were several times slower under load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
