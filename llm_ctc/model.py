@@ -8,7 +8,7 @@ The head W stays frozen (no weight gradient); eta and the trainable parts learn.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Dict, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -100,6 +100,3 @@ class LLMCTCModel(SpeechLLM):
     def log_probs_of_states(self, states: Tensor) -> Tensor:
         logits = states.float() @ self.head_weight.float().t() + self.head_bias().float()
         return logits.log_softmax(dim=-1)
-
-    def decode_ctc(self, token_ids: List[List[int]]) -> List[str]:
-        return [self.decode_ids(ids) for ids in token_ids]
