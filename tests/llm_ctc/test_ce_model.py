@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from llm_ctc.ce_model import LLMCEModel
-from llm_ctc.language_model import backbone_states
-from references.tiny_llm import perturb_lora, random_features
+from references.tiny_llm import perturb_lora, random_features, states_of_one_sequence
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +38,7 @@ def test_loss_equals_cross_entropy_of_the_full_sequence(ce_model):
             ids = torch.tensor(target)
             sequence = torch.cat([before, speech[n, :speech_lens[n]], after, ce_model.embed_tokens(ids)])
             total = sequence.shape[0]
-            hidden = backbone_states(ce_model.llm, sequence[None], torch.ones(1, total, dtype=torch.long),
-                                     torch.arange(total)[None])[0]
+            hidden = states_of_one_sequence(ce_model.llm, sequence)
             log_probs = ce_model.head_logits(hidden).double().log_softmax(-1)  # every position
             labels = target + [ce_model.eos_id]
             first = total - len(target) - 1
@@ -96,9 +94,7 @@ def test_beam_four_is_at_least_as_probable_as_greedy(ce_model):
             before, after = ce_model.template_embeddings()
             prefix = torch.cat([before, speech[0, :lens[0]], after])
             sequence = torch.cat([prefix, ce_model.embed_tokens(torch.tensor(tokens, dtype=torch.long))])
-            total = sequence.shape[0]
-            hidden = backbone_states(ce_model.llm, sequence[None], torch.ones(1, total, dtype=torch.long),
-                                     torch.arange(total)[None])[0]
+            hidden = states_of_one_sequence(ce_model.llm, sequence)
             log_probs = ce_model.head_logits(hidden).double().log_softmax(-1)
             return sum(log_probs[prefix.shape[0] - 1 + i, t].item() for i, t in enumerate(tokens))
 

@@ -6,8 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from references.tiny_llm import random_features
-from llm_ctc.language_model import backbone_states
+from references.tiny_llm import random_features, states_of_one_sequence
 from llm_ctc.model import LLMCTCModel
 from llm_ctc.sequence import build_sequences
 
@@ -18,10 +17,7 @@ def unpadded_states(model, speech_row):
     blocks = [prompt, speech_row]
     if model.query is not None:
         blocks.append(model.query.to(speech_row.dtype).expand(speech_row.shape[0], -1))
-    sequence = torch.cat(blocks).unsqueeze(0)
-    length = sequence.shape[1]
-    hidden = backbone_states(model.llm, sequence, torch.ones(1, length, dtype=torch.long),
-                             torch.arange(length).unsqueeze(0))[0]
+    hidden = states_of_one_sequence(model.llm, torch.cat(blocks))
     start = prompt.shape[0] + (speech_row.shape[0] if model.query is not None else 0)
     return hidden[start:start + speech_row.shape[0]]
 
@@ -53,11 +49,8 @@ def test_query_and_speech_readouts_differ(ctc_model):
     with torch.no_grad():
         states, _ = ctc_model.readout_states(speech, torch.tensor([4]))
         prompt_len = ctc_model.text_embeddings(ctc_model.config.prompt).shape[0]
-        sequence = torch.cat([ctc_model.text_embeddings(ctc_model.config.prompt), speech[0],
-                              ctc_model.query.expand(4, -1)]).unsqueeze(0)
-        length = sequence.shape[1]
-        hidden = backbone_states(ctc_model.llm, sequence, torch.ones(1, length, dtype=torch.long),
-                                 torch.arange(length).unsqueeze(0))[0]
+        hidden = states_of_one_sequence(ctc_model.llm, torch.cat([
+            ctc_model.text_embeddings(ctc_model.config.prompt), speech[0], ctc_model.query.expand(4, -1)]))
     assert not torch.allclose(states[0], hidden[prompt_len:prompt_len + 4], atol=1e-3)
 
 

@@ -30,3 +30,13 @@ def random_features(lengths, dim=80, seed=0):
     generator = torch.Generator().manual_seed(seed)
     features = torch.randn(len(lengths), max(lengths), dim, generator=generator)
     return features, torch.tensor(lengths)
+
+
+def states_of_one_sequence(backbone, sequence):
+    """Final-norm states (S, D) of one unpadded sequence of embeddings (S, D): the
+    per-utterance reference for padded batches."""
+    from llm_ctc.language_model import backbone_states
+
+    length = sequence.shape[0]
+    return backbone_states(backbone, sequence.unsqueeze(0), torch.ones(1, length, dtype=torch.long),
+                           torch.arange(length).unsqueeze(0))[0]
