@@ -41,6 +41,13 @@ class SpeechLLM(nn.Module):
                                  "projector_type mlp")
             self.projector.load_qwen3_asr_projector(state)
         self.llm = pretrained.backbone
+        if config.activation_checkpointing:
+            # Non-reentrant: the layer inputs need not require grad (the LLM is frozen).
+            options = {"use_reentrant": False}
+            if hasattr(self.llm, "activation_checkpointing_enable"):  # transformers >= 5
+                self.llm.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+            else:
+                self.llm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
         if config.lora_rank > 0:
             self.llm = add_lora(self.llm, config.lora_rank, config.lora_alpha, config.lora_dropout,
                                 config.lora_targets)

@@ -42,6 +42,8 @@ class LLMASRConfig:
     objective: str = "ctc"
     llm_dtype: str = "float32"
     attn_implementation: Optional[str] = None  # transformers' default (sdpa) when None
+    # Recompute the LLM layers in the backward pass (App. D.3 uses it for 14B and 32B).
+    activation_checkpointing: bool = False
     # Speech encoder (frozen, always in evaluation mode).
     encoder_type: str = "zipformer"
     encoder_path: str = ""

@@ -106,3 +106,21 @@ def test_unknown_lora_target_is_named(ctc_config, qwen3_tokenizer):
     config = dataclasses.replace(ctc_config, lora_targets=("q_proj", "c_attn"))
     with pytest.raises(ValueError, match="c_attn"):
         LLMCTCModel(config, tokenizer=qwen3_tokenizer)
+
+
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(ctc_config, qwen3_tokenizer):
+    features, lengths = random_features([80, 60], seed=46)
+    results = []
+    for checkpointing in (False, True):
+        torch.manual_seed(47)
+        model = LLMCTCModel(dataclasses.replace(ctc_config, activation_checkpointing=checkpointing),
+                            tokenizer=qwen3_tokenizer).train()
+        assert model.llm.get_base_model().is_activation_checkpointing == checkpointing
+        loss, _ = model.loss(features, lengths, model.encode_texts(["one", "two"]))
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (loss_off, grads_off), (loss_on, grads_on) = results
+    torch.testing.assert_close(loss_on, loss_off)
+    assert grads_on.keys() == grads_off.keys() and any("lora_" in n for n in grads_on)
+    for name in grads_on:
+        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-4, atol=1e-6)
