@@ -15,6 +15,7 @@ from torch import Tensor
 
 from llm_ctc.base import SpeechLLM
 from llm_ctc.config import LLMASRConfig
+from llm_ctc.head import head_logits
 from llm_ctc.language_model import backbone_states
 from llm_ctc.sequence import build_sequences, read_rows
 
@@ -49,8 +50,7 @@ class LLMCEModel(SpeechLLM):
 
     def head_logits(self, states: Tensor) -> Tensor:
         """Float32 logits of the LLM head for the given rows only."""
-        bias = 0.0 if self.lm_head.bias is None else self.lm_head.bias.float()
-        return states.float() @ self.lm_head.weight.float().t() + bias
+        return head_logits(states, self.lm_head.weight, self.lm_head.bias, self.config.chunk_size)
 
     def template_embeddings(self) -> Tuple[Tensor, Tensor]:
         def embed(ids: List[int]) -> Tensor:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from llm_ctc.base import SpeechLLM
 from llm_ctc.blank import bias_with_offset, head_with_blank, initial_blank_offset
 from llm_ctc.config import LLMASRConfig
+from llm_ctc.head import head_logits
 from llm_ctc.language_model import backbone_states
 from llm_ctc.sequence import build_sequences, read_rows
 
@@ -35,6 +36,7 @@ class LLMCTCModel(SpeechLLM):
         self.register_buffer("pretrained_bias", bias, persistent=False)
         self.blank_offset = nn.Parameter(torch.tensor(
             initial_blank_offset(weight, blank, config.blank_cosine_threshold), dtype=torch.float32))
+        self.prompt_ids = self.tokenizer.encode(config.prompt, add_special_tokens=False)
         if config.readout == "query":
             self.query = nn.Parameter(torch.randn(self.hidden_size) * config.query_std)
         else:
@@ -56,7 +58,7 @@ class LLMCTCModel(SpeechLLM):
 
     def readout_states(self, speech: Tensor, speech_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """As :meth:`ctc_states` from projected speech embeddings (N, T, D)."""
-        prompt = self.text_embeddings(self.config.prompt)
+        prompt = self.embed_tokens(torch.tensor(self.prompt_ids, dtype=torch.long, device=self.device))
         query = None if self.query is None else self.query.to(speech.dtype)
         batch = build_sequences(prompt, speech, speech_lens, query=query)
         hidden = backbone_states(self.llm, batch.inputs_embeds, batch.attention_mask, batch.position_ids)
@@ -98,5 +100,5 @@ class LLMCTCModel(SpeechLLM):
         return self.log_probs_of_states(states), lens
 
     def log_probs_of_states(self, states: Tensor) -> Tensor:
-        logits = states.float() @ self.head_weight.float().t() + self.head_bias().float()
+        logits = head_logits(states, self.head_weight, self.head_bias(), self.config.chunk_size)
         return logits.log_softmax(dim=-1)
