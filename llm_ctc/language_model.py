@@ -25,10 +25,10 @@ class PretrainedLM:
     hidden_size: int
 
 
-def load_pretrained_lm(name_or_path: str, dtype: str = "float32",
-                       attn_implementation: Optional[str] = None) -> PretrainedLM:
+def load_pretrained_lm(name_or_path: str, dtype: str = "float32", attn_implementation: Optional[str] = None,
+                       gguf_file: Optional[str] = None) -> PretrainedLM:
     """A causal LM (``AutoModelForCausalLM``) or the language model of a Qwen3-ASR checkpoint,
-    by hub name or local directory; every parameter frozen."""
+    by hub name or local directory (optionally a GGUF file in it); every parameter frozen."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if not name_or_path:
@@ -36,7 +36,9 @@ def load_pretrained_lm(name_or_path: str, dtype: str = "float32",
     options = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
         options["attn_implementation"] = attn_implementation
-    model_type = AutoConfig.from_pretrained(name_or_path).model_type
+    file_options = {"gguf_file": gguf_file} if gguf_file else {}
+    model_type = AutoConfig.from_pretrained(name_or_path, **file_options).model_type
+    options.update(file_options)
     if model_type == "qwen3_asr":
         from transformers import Qwen3ASRForConditionalGeneration
 
@@ -73,11 +75,11 @@ def is_lora_wrapped(backbone: nn.Module) -> bool:
     return hasattr(backbone, "merge_and_unload") and hasattr(backbone, "peft_config")
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, gguf_file: Optional[str] = None):
     """The LLM's own tokenizer (``AutoTokenizer``)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name_or_path)
+    return AutoTokenizer.from_pretrained(name_or_path, **({"gguf_file": gguf_file} if gguf_file else {}))
 
 
 def backbone_states(backbone: nn.Module, inputs_embeds: Tensor, attention_mask: Tensor,
