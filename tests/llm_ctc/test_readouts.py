@@ -80,3 +80,9 @@ def test_whole_model_states_match_per_utterance_runs(ctc_model):
             alone, alone_lens = ctc_model.ctc_states(features[n:n + 1, :lengths[n]], lengths[n:n + 1])
             assert alone_lens.item() == lens[n].item()
             torch.testing.assert_close(states[n, :lens[n]], alone[0], rtol=1e-4, atol=1e-4)
+
+
+def test_default_prompt_is_the_papers_five_qwen3_tokens(ctc_model, qwen3_tokenizer):
+    assert ctc_model.config.prompt == "Transcribe the speech."
+    assert ctc_model.prompt_ids == qwen3_tokenizer("Transcribe the speech.", add_special_tokens=False)["input_ids"]
+    assert len(ctc_model.prompt_ids) == 5
