@@ -30,7 +30,9 @@ class SpeechLLM(nn.Module):
         config.validate()
         self.config = config
         if tokenizer is None:
-            tokenizer = load_tokenizer(config.tokenizer_path, config.llm_gguf_file if not config.tokenizer else None)
+            # A GGUF LLM carries its own tokenizer unless another one is named.
+            gguf_file = config.llm_gguf_file if not config.tokenizer else None
+            tokenizer = load_tokenizer(config.tokenizer_path, gguf_file)
         self.tokenizer = tokenizer
         self.encoder = build_speech_encoder(config)
         pretrained = load_pretrained_lm(config.llm, config.llm_dtype, config.attn_implementation,

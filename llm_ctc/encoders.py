@@ -137,7 +137,8 @@ def _torch_dtype(name: str) -> torch.dtype:
 ENCODER_BUILDERS: Dict[str, Callable[..., SpeechEncoder]] = {
     "zipformer": lambda config: ZipformerSpeechEncoder(
         config.encoder_path, entry=config.encoder_checkpoint_entry, dtype=_torch_dtype(config.encoder_dtype)),
-    "qwen3_asr": lambda config: Qwen3ASRSpeechEncoder(config.encoder_path, dtype=_torch_dtype(config.encoder_dtype)),
+    "qwen3_asr": lambda config: Qwen3ASRSpeechEncoder(
+        config.encoder_path, dtype=_torch_dtype(config.encoder_dtype)),
 }
 
 

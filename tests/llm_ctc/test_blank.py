@@ -47,7 +47,8 @@ def test_count_on_a_real_size_qwen3_head():
     weight = planted_head(QWEN3_HEAD_ROWS, 64, blank=QWEN3_TOKENIZER_SIZE, near=near, far=[5, 151_700], seed=1)
     blank, appended = choose_blank_row(weight.shape[0], QWEN3_TOKENIZER_SIZE)
     assert (blank, appended) == (151_669, False)
-    cosine = (weight.double() @ weight[blank].double()) / (weight.double().norm(dim=1) * weight[blank].double().norm())
+    rows, reference = weight.double(), weight[blank].double()
+    cosine = (rows @ reference) / (rows.norm(dim=1) * reference.norm())
     expected = int(np.count_nonzero(cosine.numpy() > 0.999))
     assert expected == len(near) + 1
     assert count_similar_rows(weight, blank) == expected

@@ -8,8 +8,8 @@ import torch
 
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.model import LLMCTCModel
-from references.ctc_reference import dense_reference
-from references.tiny_llm import QWEN3_TOKENIZER_SIZE, random_features, tiny_qwen3_config
+from references.tiny_llm import (QWEN3_TOKENIZER_SIZE, assert_loss_equals_dense_ctc, random_features,
+                                  tiny_qwen3_config)
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +35,7 @@ def test_head_without_free_rows_gets_an_appended_blank(full_vocabulary_llm_dir, 
     assert torch.equal(model.head_weight[:-1], model.lm_head.weight)
     assert model.blank_offset.item() == 0.0  # c_bl = 1: a zero row has no direction
     features, lengths = random_features([90, 70], seed=42)
-    targets = model.encode_texts(["good", "day"])
-    with torch.no_grad():
-        loss, _ = model.loss(features, lengths, targets)
-        states, lens = model.ctc_states(features, lengths)
-    losses, *_ = dense_reference(states, model.head_weight, model.head_bias(), targets, lens,
-                                 blank_id=model.blank_id)
-    torch.testing.assert_close(loss.double(), losses.sum(), rtol=1e-6, atol=1e-4)
+    assert_loss_equals_dense_ctc(model, features, lengths, model.encode_texts(["good", "day"]))
 
 
 def test_eager_attention_reads_the_same_states_under_padding(ctc_config, qwen3_tokenizer):

@@ -40,3 +40,17 @@ def states_of_one_sequence(backbone, sequence):
     length = sequence.shape[0]
     return backbone_states(backbone, sequence.unsqueeze(0), torch.ones(1, length, dtype=torch.long),
                            torch.arange(length).unsqueeze(0))[0]
+
+
+def assert_loss_equals_dense_ctc(model, features, lengths, targets, atol=1e-4):
+    """model.loss (its config's beam None) against torch's CTC in float64 over every head
+    row, on the same LLM states; returns the loss statistics."""
+    from references.ctc_reference import dense_reference
+
+    with torch.no_grad():
+        loss, stats = model.loss(features, lengths, targets)
+        states, lens = model.ctc_states(features, lengths)
+    losses, *_ = dense_reference(states, model.head_weight, model.head_bias(), targets, lens,
+                                 blank_id=model.blank_id)
+    torch.testing.assert_close(loss.double(), losses.sum(), rtol=1e-6, atol=atol)
+    return stats
