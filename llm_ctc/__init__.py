@@ -1,0 +1,25 @@
+"""LLM-CTC (paper Sec. 4.2): non-autoregressive ASR on a pretrained causal LLM with its
+frozen native vocabulary head, trained with Pruned CTC; and the LLM-CE baseline
+(Sec. 4.1). Needs the ``llm`` extra (transformers, peft).
+
+What a trainer or decoder uses (both models)::
+
+    from llm_ctc import LLMASRConfig, build_model
+    model = build_model(LLMASRConfig(llm="Qwen/Qwen3-0.6B", encoder_type="zipformer",
+                                     encoder_path="exp/zipformer/epoch-30.pt"))
+    targets = model.encode_texts(texts)              # lowercased LLM token ids
+    loss, stats = model.loss(features, feature_lens, targets)
+    groups = model.parameter_groups(weight_decay=0.1)  # AdamW
+    state = model.trainable_state_dict()              # LoRA, projector, q, eta only
+    model.load_trainable_state_dict(state)
+    model.merge_lora()                                # for inference
+
+LLM-CTC decoding: ``model.ctc_log_probs(features, feature_lens)`` or
+:func:`llm_ctc.decoding.recognize`; LLM-CE: ``model.generate(features, feature_lens,
+beam=4)``. Checkpoints: :mod:`llm_ctc.checkpoint`.
+"""
+
+from llm_ctc.checkpoint import build_model, load_model_checkpoint, save_model_checkpoint
+from llm_ctc.config import LLMASRConfig
+
+__all__ = ["LLMASRConfig", "build_model", "load_model_checkpoint", "save_model_checkpoint"]

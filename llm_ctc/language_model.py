@@ -1,0 +1,90 @@
+"""The pretrained decoder-only LLM, its tokenizer and LoRA.
+
+Only the LLM's inner backbone is ever called (``inputs_embeds``, ``attention_mask``,
+``position_ids``; final-norm hidden states out). The causal-LM forward, which builds
+(N, S, V) logits, is never used: the head's weight goes to the loss instead (Sec. 3).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class PretrainedLM:
+    """backbone: the inner model (embeddings, layers, final norm); head: the LLM head
+    (weight (V, D), bias (V,) or None), frozen."""
+
+    backbone: nn.Module
+    head: nn.Module
+    hidden_size: int
+
+
+def load_pretrained_lm(name_or_path: str, dtype: str = "float32", attn_implementation: Optional[str] = None,
+                       gguf_file: Optional[str] = None) -> PretrainedLM:
+    """A causal LM (``AutoModelForCausalLM``) or the language model of a Qwen3-ASR checkpoint,
+    by hub name or local directory (optionally a GGUF file in it); every parameter frozen."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not name_or_path:
+        raise ValueError("model.llm is empty: name a causal LM (hub name or local directory)")
+    options = {"dtype": getattr(torch, dtype)}
+    if attn_implementation:
+        options["attn_implementation"] = attn_implementation
+    file_options = {"gguf_file": gguf_file} if gguf_file else {}
+    model_type = AutoConfig.from_pretrained(name_or_path, **file_options).model_type
+    options.update(file_options)
+    if model_type == "qwen3_asr":
+        from transformers import Qwen3ASRForConditionalGeneration
+
+        full = Qwen3ASRForConditionalGeneration.from_pretrained(name_or_path, **options)
+        backbone, head = full.model.language_model, full.lm_head
+        hidden_size = full.config.text_config.hidden_size
+    else:
+        full = AutoModelForCausalLM.from_pretrained(name_or_path, **options)
+        backbone, head = full.get_decoder(), full.get_output_embeddings()
+        hidden_size = full.config.hidden_size
+    for parameter in full.parameters():
+        parameter.requires_grad_(False)
+    logging.info("LLM %s (%s): %d parameters, head %s, width %d (frozen)", name_or_path, model_type,
+                 sum(p.numel() for p in full.parameters()), tuple(head.weight.shape), hidden_size)
+    return PretrainedLM(backbone=backbone, head=head, hidden_size=hidden_size)
+
+
+def add_lora(backbone: nn.Module, rank: int, alpha: float, dropout: float,
+             targets: Sequence[str]) -> nn.Module:
+    """The backbone wrapped by peft with LoRA on ``targets`` (App. D.2: q, k, v, o, up,
+    gate, down; rank 64, alpha 64, dropout 0.05); base weights stay frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    present = {name.rsplit(".", 1)[-1] for name, _ in backbone.named_modules()}
+    missing = sorted(set(targets) - present)
+    if missing:
+        raise ValueError(f"model.lora_targets {missing} are not modules of this LLM "
+                         f"(it has e.g. {sorted(n for n in present if n.endswith('proj'))[:8]})")
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets))
+    return get_peft_model(backbone, config)
+
+
+def is_lora_wrapped(backbone: nn.Module) -> bool:
+    return hasattr(backbone, "merge_and_unload") and hasattr(backbone, "peft_config")
+
+
+def load_tokenizer(name_or_path: str, gguf_file: Optional[str] = None):
+    """The LLM's own tokenizer (``AutoTokenizer``)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(name_or_path, **({"gguf_file": gguf_file} if gguf_file else {}))
+
+
+def backbone_states(backbone: nn.Module, inputs_embeds: Tensor, attention_mask: Tensor,
+                    position_ids: Tensor, past_key_values=None, use_cache: bool = False):
+    """Final-norm hidden states (N, S, D) (and the cache when ``use_cache``)."""
+    out = backbone(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
+                   past_key_values=past_key_values, use_cache=use_cache)
+    return (out.last_hidden_state, out.past_key_values) if use_cache else out.last_hidden_state

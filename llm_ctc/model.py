@@ -1,0 +1,104 @@
+"""LLM-CTC (Sec. 4.2, Fig. 1): CTC over a pretrained LLM's own frozen vocabulary head.
+
+features -> frozen encoder -> projector -> E_n (T_n x D) -> LLM backbone (LoRA) on
+[prompt, E_n] (speech readout) or [prompt, E_n, q 1_{T_n}] (query readout) -> final-norm
+states X at the T_n readout positions -> ``pruned_ctc_loss(X, W, b_pre + eta e_blank)``.
+The head W stays frozen (no weight gradient); eta and the trainable parts learn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from llm_ctc.base import SpeechLLM
+from llm_ctc.blank import bias_with_offset, head_with_blank, initial_blank_offset
+from llm_ctc.config import LLMASRConfig
+from llm_ctc.head import head_logits
+from llm_ctc.language_model import backbone_states
+from llm_ctc.sequence import build_sequences, read_rows
+
+Targets = Union[Sequence[Sequence[int]], Tensor]
+
+
+class LLMCTCModel(SpeechLLM):
+    def __init__(self, config: LLMASRConfig, tokenizer=None) -> None:
+        if config.objective != "ctc":
+            raise ValueError(f"LLMCTCModel needs model.objective 'ctc', got {config.objective!r}")
+        super().__init__(config, tokenizer)
+        weight, bias, blank = head_with_blank(self.lm_head.weight, self.lm_head.bias, len(self.tokenizer),
+                                              config.blank_id)
+        self.blank_id = blank
+        appended = weight.shape[0] != self.lm_head.weight.shape[0]
+        self.register_buffer("extended_head_weight", weight if appended else None, persistent=False)
+        self.register_buffer("pretrained_bias", bias, persistent=False)
+        self.blank_offset = nn.Parameter(torch.tensor(
+            initial_blank_offset(weight, blank, config.blank_cosine_threshold), dtype=torch.float32))
+        self.prompt_ids = self.tokenizer.encode(config.prompt, add_special_tokens=False)
+        if config.readout == "query":
+            self.query = nn.Parameter(torch.randn(self.hidden_size) * config.query_std)
+        else:
+            self.query = None
+
+    @property
+    def head_weight(self) -> Tensor:
+        """The frozen head (V, D), with the appended blank row where there is one."""
+        return self.lm_head.weight if self.extended_head_weight is None else self.extended_head_weight
+
+    def head_bias(self) -> Tensor:
+        """b_pre + eta e_blank (Sec. 4.2), float32, differentiable in eta."""
+        return bias_with_offset(self.pretrained_bias, self.blank_id, self.blank_offset)
+
+    def ctc_states(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Final-norm LLM states at the readout positions (N, T_n max, D) and T_n (N,)."""
+        speech, speech_lens = self.speech_embeddings(features, feature_lens)
+        return self.readout_states(speech, speech_lens)
+
+    def readout_states(self, speech: Tensor, speech_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """As :meth:`ctc_states` from projected speech embeddings (N, T, D)."""
+        prompt = self.embed_tokens(torch.tensor(self.prompt_ids, dtype=torch.long, device=self.device))
+        query = None if self.query is None else self.query.to(speech.dtype)
+        batch = build_sequences(prompt, speech, speech_lens, query=query)
+        hidden = backbone_states(self.llm, batch.inputs_embeds, batch.attention_mask, batch.position_ids)
+        if self.query is not None:
+            starts = batch.tail_start  # P + T_n: the query positions (Sec. 4.2)
+        else:
+            starts = torch.full_like(speech_lens, batch.speech_start)  # P: the speech positions
+        return read_rows(hidden, starts, speech_lens), speech_lens
+
+    def loss(self, features: Tensor, feature_lens: Tensor, targets: Targets,
+             target_lengths: Tensor = None) -> Tuple[Tensor, Dict[str, Any]]:
+        """Summed Pruned CTC loss of the batch and counts for logging.
+
+        targets: LLM token ids without blank (:meth:`encode_texts`). Utterances with
+        T_n < |y_n| + r_n are excluded by the loss (zero loss and gradient) and counted.
+        """
+        from pruned_ctc import pruned_ctc_loss
+
+        states, lens = self.ctc_states(features, feature_lens)
+        loss, stats = pruned_ctc_loss(
+            states, self.head_weight, self.head_bias(), targets, lens, target_lengths=target_lengths,
+            blank_id=self.blank_id, chunk_size=self.config.chunk_size, beam=self.config.beam,
+            reduction="sum", return_stats=True)
+        return loss, {
+            "frames": int(lens.sum()),
+            "utterances": stats.num_utterances,
+            "excluded": stats.num_excluded,
+            "not_alignable": stats.num_not_alignable,
+            "selected_classes": stats.num_selected_classes,
+            "blank_offset": float(self.blank_offset.detach()),
+        }
+
+    def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets) -> Tuple[Tensor, Dict[str, Any]]:
+        return self.loss(features, feature_lens, targets)
+
+    def ctc_log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Full-head log-probabilities (N, T_n max, V) in float32 and T_n, for decoding."""
+        states, lens = self.ctc_states(features, feature_lens)
+        return self.log_probs_of_states(states), lens
+
+    def log_probs_of_states(self, states: Tensor) -> Tensor:
+        logits = head_logits(states, self.head_weight, self.head_bias(), self.config.chunk_size)
+        return logits.log_softmax(dim=-1)

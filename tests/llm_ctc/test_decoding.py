@@ -1,0 +1,78 @@
+"""CTC decoding: full-head log-probabilities, search, detokenization (Mandarin, English)."""
+
+import pytest
+import torch
+
+from llm_ctc.decoding import LLMTokenizer, recognize, search
+from references.ctc_reference import collapse
+from references.tiny_llm import QWEN3_HEAD_ROWS, random_features
+
+TEXTS = ["Hello World, it's 3 o'clock", "鳕鱼与饕餮在龘龘之间", "混合 mixed 文本 text"]
+
+
+@pytest.fixture(scope="module")
+def llm_tokenizer(qwen3_tokenizer):
+    return LLMTokenizer(qwen3_tokenizer, QWEN3_HEAD_ROWS, blank_id=151_669)
+
+
+def test_round_trip_of_english_and_mandarin(llm_tokenizer, qwen3_tokenizer):
+    ids = llm_tokenizer.encode(TEXTS)
+    assert [llm_tokenizer.decode(i) for i in ids] == [text.lower() for text in TEXTS]
+    # The Mandarin case really has byte-level pieces that are no text on their own.
+    assert any("\ufffd" in qwen3_tokenizer.decode([i]) for i in ids[1])
+
+
+def ctc_frames(ids, blank, frames_per_token=2):
+    """Log-probs (T, V) whose best path is each id repeated, blanks between equal ids."""
+    path = []
+    for index, token in enumerate(ids):
+        if index and ids[index - 1] == token:
+            path.append(blank)
+        path += [token] * frames_per_token
+    path.append(blank)
+    log_probs = torch.full((len(path), QWEN3_HEAD_ROWS), -30.0)
+    log_probs[torch.arange(len(path)), torch.tensor(path)] = -1e-3
+    return log_probs, path
+
+
+@pytest.mark.parametrize("method", ["ctc-greedy-search", "ctc-prefix-beam-search"])
+def test_search_then_detokenize_recovers_the_text(method, llm_tokenizer):
+    ids = llm_tokenizer.encode(TEXTS)
+    rows = [ctc_frames(i, llm_tokenizer.blank_id) for i in ids]
+    width = max(r[0].shape[0] for r in rows)
+    log_probs = torch.full((len(rows), width, QWEN3_HEAD_ROWS), -30.0)
+    for n, (frames, path) in enumerate(rows):
+        log_probs[n, :len(path)] = frames
+        assert collapse(path, llm_tokenizer.blank_id) == ids[n]
+    lengths = torch.tensor([len(path) for _, path in rows])
+    found = search(log_probs, lengths, llm_tokenizer.blank_id, method, beam=4)
+    assert found == ids
+    assert llm_tokenizer.decode_batch(found) == [text.lower() for text in TEXTS]
+
+
+def test_decode_drops_blank_unused_rows_and_special_tokens(llm_tokenizer, qwen3_tokenizer):
+    ids = qwen3_tokenizer.encode("ok", add_special_tokens=False)
+    noisy = [151_669] + ids + [151_800, 151_645]  # blank, text, unused row, <|im_end|>
+    assert llm_tokenizer.decode(noisy) == "ok"
+
+
+def test_model_log_probs_are_the_full_head_softmax(ctc_model):
+    features, lengths = random_features([100, 70], seed=21)
+    with torch.no_grad():
+        log_probs, lens = ctc_model.ctc_log_probs(features, lengths)
+        states, state_lens = ctc_model.ctc_states(features, lengths)
+    assert log_probs.shape[2] == QWEN3_HEAD_ROWS and torch.equal(lens, state_lens)
+    reference = (states.double() @ ctc_model.head_weight.double().t() + ctc_model.head_bias().double())
+    reference = reference.log_softmax(-1)
+    for n in range(2):
+        torch.testing.assert_close(log_probs[n, :lens[n]].double(), reference[n, :lens[n]], rtol=0, atol=2e-4)
+    ids, texts = recognize(ctc_model, features, lengths)
+    expected = [collapse(reference[n, :lens[n]].argmax(-1).tolist(), ctc_model.blank_id) for n in range(2)]
+    assert ids == expected
+    assert texts == [ctc_model.tokenizer.decode([i for i in e if i < 151_669], skip_special_tokens=True)
+                     for e in expected]
+
+
+def test_unknown_method_is_an_error(llm_tokenizer):
+    with pytest.raises(ValueError, match="unknown CTC decoding method"):
+        search(torch.zeros(1, 2, 3), torch.tensor([2]), 0, "beam-search")

@@ -1,0 +1,120 @@
+"""Model options: a head without free rows, eager attention, parameter groups, config."""
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+from llm_ctc.config import LLMASRConfig
+from llm_ctc.model import LLMCTCModel
+from references.tiny_llm import (QWEN3_TOKENIZER_SIZE, assert_loss_equals_dense_ctc, random_features,
+                                  tiny_qwen3_config)
+
+
+@pytest.fixture(scope="module")
+def full_vocabulary_llm_dir(tmp_path_factory):
+    """A head with exactly the tokenizer's rows, as SmolLM2's 49,152 of 49,152."""
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(41)
+    folder = tmp_path_factory.mktemp("full-vocabulary")
+    Qwen3ForCausalLM(tiny_qwen3_config(vocab_size=QWEN3_TOKENIZER_SIZE)).save_pretrained(folder)
+    return folder
+
+
+def test_head_without_free_rows_gets_an_appended_blank(full_vocabulary_llm_dir, ctc_config, qwen3_tokenizer,
+                                                       caplog):
+    config = dataclasses.replace(ctc_config, llm=str(full_vocabulary_llm_dir), beam=None)
+    with caplog.at_level(logging.INFO):
+        model = LLMCTCModel(config, tokenizer=qwen3_tokenizer)
+    assert "appended zero row" in caplog.text
+    assert model.blank_id == QWEN3_TOKENIZER_SIZE
+    assert model.head_weight.shape[0] == QWEN3_TOKENIZER_SIZE + 1
+    assert torch.all(model.head_weight[-1] == 0)
+    assert torch.equal(model.head_weight[:-1], model.lm_head.weight)
+    assert model.blank_offset.item() == 0.0  # c_bl = 1: a zero row has no direction
+    features, lengths = random_features([90, 70], seed=42)
+    assert_loss_equals_dense_ctc(model, features, lengths, model.encode_texts(["good", "day"]))
+
+
+def test_eager_attention_reads_the_same_states_under_padding(ctc_config, qwen3_tokenizer):
+    torch.manual_seed(43)
+    model = LLMCTCModel(dataclasses.replace(ctc_config, attn_implementation="eager"), tokenizer=qwen3_tokenizer)
+    assert model.llm.get_base_model().config._attn_implementation == "eager"
+    features, lengths = random_features([90, 50], seed=44)
+    with torch.no_grad():
+        states, lens = model.ctc_states(features, lengths)
+        alone, _ = model.ctc_states(features[1:, :50], lengths[1:])
+    torch.testing.assert_close(states[1, :lens[1]], alone[0], rtol=1e-4, atol=1e-4)
+
+
+def test_gradients_are_finite_under_padding(ctc_model):
+    features, lengths = random_features([120, 40, 81], seed=45)
+    ctc_model.zero_grad(set_to_none=True)
+    loss, _ = ctc_model.loss(features, lengths, ctc_model.encode_texts(["a", "b", "c d"]))
+    loss.backward()
+    grads = [p.grad for p in ctc_model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    ctc_model.zero_grad(set_to_none=True)
+
+
+def test_parameter_groups_decay_matrices_only(ctc_model):
+    decay, no_decay = ctc_model.parameter_groups(weight_decay=0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    trainable = [p for p in ctc_model.parameters() if p.requires_grad]
+    grouped = decay["params"] + no_decay["params"]
+    assert len(grouped) == len(trainable) and {id(p) for p in grouped} == {id(p) for p in trainable}
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert any(p is ctc_model.blank_offset for p in no_decay["params"])
+    assert any(p is ctc_model.query for p in no_decay["params"])
+
+
+def test_config_round_trips_through_a_dict(ctc_config):
+    values = ctc_config.to_dict()
+    assert isinstance(values["lora_targets"], list)
+    assert LLMASRConfig.from_dict(values) == ctc_config
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("readout", "middle", "readout"), ("encoder_type", "whisper", "encoder_type"),
+    ("lora_rank", -1, "lora_rank"), ("beam", 0.0, "beam"), ("llm_dtype", "int8", "llm_dtype"),
+])
+def test_bad_config_values_name_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        LLMASRConfig(**{field: value})
+
+
+def test_unknown_config_field_is_named():
+    with pytest.raises(ValueError, match="readouts"):
+        LLMASRConfig.from_dict({"readouts": "query"})
+
+
+def test_missing_encoder_checkpoint_is_a_clear_error(ctc_config, qwen3_tokenizer, tmp_path):
+    config = dataclasses.replace(ctc_config, encoder_path=str(tmp_path / "missing.pt"))
+    with pytest.raises(FileNotFoundError, match="encoder_path"):
+        LLMCTCModel(config, tokenizer=qwen3_tokenizer)
+
+
+def test_unknown_lora_target_is_named(ctc_config, qwen3_tokenizer):
+    config = dataclasses.replace(ctc_config, lora_targets=("q_proj", "c_attn"))
+    with pytest.raises(ValueError, match="c_attn"):
+        LLMCTCModel(config, tokenizer=qwen3_tokenizer)
+
+
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(ctc_config, qwen3_tokenizer):
+    features, lengths = random_features([80, 60], seed=46)
+    results = []
+    for checkpointing in (False, True):
+        torch.manual_seed(47)
+        model = LLMCTCModel(dataclasses.replace(ctc_config, activation_checkpointing=checkpointing),
+                            tokenizer=qwen3_tokenizer).train()
+        assert model.llm.get_base_model().is_activation_checkpointing == checkpointing
+        loss, _ = model.loss(features, lengths, model.encode_texts(["one", "two"]))
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (loss_off, grads_off), (loss_on, grads_on) = results
+    torch.testing.assert_close(loss_on, loss_off)
+    assert grads_on.keys() == grads_off.keys() and any("lora_" in n for n in grads_on)
+    for name in grads_on:
+        torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-4, atol=1e-6)
