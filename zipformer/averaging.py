@@ -28,6 +28,7 @@ from typing import Dict, List, Sequence, Union
 import torch
 
 from zipformer.checkpoint import (
+    check_format_version,
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     list_iteration_checkpoints,
@@ -216,7 +217,9 @@ def _load(path: PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint needed for averaging not found: {path}")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    check_format_version(checkpoint, path)
+    return checkpoint
 
 
 def _load_entry(path: PathLike, entry: str) -> StateDict:

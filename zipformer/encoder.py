@@ -116,7 +116,7 @@ class ZipformerStack(nn.Module):
             begin = warmup_begin + i * step
             layer.bypass.skip_rate = ScheduledFloat(
                 (begin, INITIAL_LAYERDROP_RATE), (begin + step, final_layerdrop_rate),
-                default=final_layerdrop_rate)
+                default=0.0)
 
     def forward(self, x: Tensor, lengths: Tensor, feature_mask: Optional[Tensor]) -> Tensor:
         key_padding_mask = padding_mask(lengths, x.shape[1])
