@@ -10,7 +10,8 @@ checkout), gives it random weights, and saves:
   and CTC log-probabilities of each utterance alone and of the padded batch, in eval
   mode in float64 and float32, and in training mode (float64, every stochastic
   regularizer off) with one ``bypass_scale`` and one BiasNorm ``log_scale`` set outside
-  the ranges that icefall's ``limit_param_value`` keeps them in.
+  the ranges that icefall's ``limit_param_value`` keeps them in, with the gradients of
+  the encoder stacks' parameters (see gradient_reference) in that state.
 
 Nothing of icefall enters this repository: the script imports it from the checkout
 given on the command line. k2 and the parts of icefall.utils that the recipe imports
@@ -32,6 +33,7 @@ import os
 import subprocess
 import sys
 import types
+from unittest import mock
 from pathlib import Path
 
 import torch
@@ -48,6 +50,7 @@ ENCODER = dict(
 )
 SUBSAMPLING_CHANNELS = (4, 8, 16)
 FEATURE_DIM = 80
+GRADIENT_BATCH_COUNT = 3000.0  # mid-way through most of the gradient-only schedules
 LENGTHS = (119, 83)  # frames of the two utterances
 # Out-of-range limited parameters for the training-mode reference (icefall names).
 OUT_OF_RANGE = {
@@ -132,7 +135,9 @@ def build_model(recipe) -> torch.nn.Module:
 
 
 def randomize(model: torch.nn.Module, generator: torch.Generator) -> None:
-    """Weights of trained-model magnitude, so that every part reaches the output."""
+    """Weights of trained-model magnitude, so that every part reaches the output, and
+    small enough biases that no channel a balancer looks at is nearly constant (its
+    standard deviation, a difference of float32 moments, would be rounding noise)."""
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("bypass_scale"):
@@ -140,9 +145,9 @@ def randomize(model: torch.nn.Module, generator: torch.Generator) -> None:
             elif name.endswith("log_scale"):
                 param.uniform_(0.5, 1.2, generator=generator)
             elif param.ndim >= 2:
-                param.normal_(0.0, 1.0 / math.sqrt(param[0].numel()), generator=generator)
+                param.normal_(0.0, 0.7 / math.sqrt(param[0].numel()), generator=generator)
             else:
-                param.uniform_(-0.2, 0.2, generator=generator)
+                param.uniform_(-0.02, 0.02, generator=generator)
 
 
 def run(model, features, lengths):
@@ -172,6 +177,46 @@ def disable_regularizers(model: torch.nn.Module) -> None:
             module.p = 0.0
     encoder = model.encoder
     encoder.get_feature_masks = lambda x: [1.0] * len(encoder.encoder_dim)
+
+
+def schedule_gradient_only_modules(model: torch.nn.Module, batch_count: float) -> None:
+    """Give the schedules of the balancers, whitening modules and bypass minimums a batch
+    count (the other schedules keep none, so dropouts and skip rates stay at their
+    default 0): without one, icefall's ScheduledFloat defaults make some limits
+    degenerate (a conv-module balancer's max_abs 1.0 below its min_abs 1.5, scale_min 0)."""
+    for module in model.modules():
+        kind = type(module).__name__
+        if kind in ("Balancer", "Whiten"):
+            for schedule in module.modules():
+                if hasattr(schedule, "batch_count"):
+                    schedule.batch_count = batch_count
+        elif kind == "BypassModule":
+            module.scale_min.batch_count = batch_count
+
+
+def projection(numel: int, dtype=torch.float64) -> torch.Tensor:
+    """A fixed dense vector with no random generator involved: cos(0.7 k + 0.3)."""
+    return torch.cos(0.7 * torch.arange(numel, dtype=dtype) + 0.3)
+
+
+def gradient_reference(model, features, lengths) -> dict:
+    """Gradients of sum(encoder_out * projection) for the first utterance alone, with every
+    random choice of the gradient-only modules taken (random.random() returns 0: each
+    balancer, whitening, limit_param_value and score penalty applies; no skipping). Saved
+    as two numbers per parameter (its projection onto projection() and its norm) to keep
+    the fixture small. encoder_embed is left out: icefall's Swoosh backward in k2
+    quantizes its derivative, so its gradients are not exact anywhere."""
+    n = int(lengths[0])
+    model.zero_grad()
+    with mock.patch("random.random", return_value=0.0):
+        encoder_out, _, _ = run(model, features[:1, :n], lengths[:1])
+        (encoder_out * projection(encoder_out.numel()).view_as(encoder_out)).sum().backward()
+    result = {}
+    for name, param in model.named_parameters():
+        if name.startswith("encoder.encoders.") and param.grad is not None:
+            grad = param.grad.detach().double().flatten()
+            result[name] = (float(grad @ projection(grad.numel())), float(grad.norm()))
+    return result
 
 
 def icefall_commit(icefall_dir: Path) -> str:
@@ -209,6 +254,7 @@ def main() -> None:
 
     reference = {"lengths": lengths, "features": features.clone(), "encoder": ENCODER,
                  "subsampling_channels": SUBSAMPLING_CHANNELS, "out_of_range": OUT_OF_RANGE,
+                 "gradient_batch_count": GRADIENT_BATCH_COUNT,
                  "icefall_commit": args.commit or icefall_commit(args.icefall_dir),
                  "torch_version": torch.__version__}
     model.eval()
@@ -222,7 +268,9 @@ def main() -> None:
             model.get_parameter(name).fill_(value)
     model.train()
     disable_regularizers(model)
+    schedule_gradient_only_modules(model, GRADIENT_BATCH_COUNT)
     reference["train_float64"] = outputs(model, features.double(), lengths)
+    reference["train_float64_gradients"] = gradient_reference(model, features.double(), lengths)
 
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_save({"model": state_dict}, args.out / "pretrained.pt")

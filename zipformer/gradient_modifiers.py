@@ -39,8 +39,9 @@ class _BalancerFunction(torch.autograd.Function):
             x_detached = x.detach().float().requires_grad_(True)
             flat = _move_channels_last(x_detached, ctx.channel_dim)
             mean = flat.mean(dim=0)
-            rms = (flat ** 2).mean(dim=0).clamp(min=1e-20).sqrt()
-            std = (rms ** 2 - mean ** 2).clamp(min=1e-20).sqrt()
+            mean_square = (flat ** 2).mean(dim=0)
+            rms = mean_square.clamp(min=1e-20).sqrt()
+            std = (mean_square - mean * mean).clamp(min=1e-20).sqrt()
             mean_ratio = mean / std
             # Hinge penalties on the per-channel statistics; only their gradient matters.
             penalty = ((min_mean_ratio - mean_ratio).relu() + (mean_ratio - max_mean_ratio).relu()
