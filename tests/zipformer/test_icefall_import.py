@@ -235,3 +235,32 @@ def test_icefall_sizes_are_recognized_from_shapes(size):
     config = infer_config(icefall)
     assert config == get_preset(size, vocab_size=500)
     assert preset_name(config) == size
+
+
+def test_bpe_model_of_another_size_is_refused(tmp_path):
+    import sentencepiece
+
+    text = tmp_path / "text.txt"
+    text.write_text("THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG\nHELLO WORLD\n" * 20)
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "bpe"), model_type="unigram",
+        vocab_size=30, character_coverage=1.0, user_defined_symbols=["<blk>", "<sos/eos>"],
+        unk_id=2, bos_id=-1, eos_id=-1, minloglevel=2)
+    checkpoint = tmp_path / "pretrained.pt"
+    torch.save({"model": _icefall_weights()}, checkpoint)
+    with pytest.raises(IcefallCheckpointError, match="bpe.model has 30 tokens .* 25 outputs"):
+        convert(checkpoint, tmp_path / "out", bpe_model=tmp_path / "bpe.model")
+
+
+def test_zipformer_decode_runs_on_the_converted_folder(converted, make_cut_corpus, tmp_path):
+    from zipformer.decode import main as decode_main
+
+    (tmp_path / "corpus").mkdir()
+    corpus = make_cut_corpus(tmp_path / "corpus", train={"t-1": (1.0, "HI")},
+                             valid={"v-1": (1.1, "HI"), "v-2": (0.9, "HA")})
+    out_dir = converted[0]
+    rates = decode_main(["--exp-dir", str(out_dir), "--epoch", "1", "--avg", "1",
+                         "--use-averaged-model", "false", "--method", "ctc-greedy-search",
+                         "--test-cuts", f"dev={corpus['valid']}", "--device", "cpu"])
+    assert list(rates) == ["dev"] and len(rates["dev"]) == 1
+    assert any(path.name.startswith("recogs-dev") for path in out_dir.iterdir())
