@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from zipformer.gradient_modifiers import Balancer, Whiten, whitening_metric
+from zipformer.gradient_modifiers import Balancer, Whiten, penalize_abs_values_gt, whitening_metric
 from zipformer.scaling import (
     ActivationDropoutAndLinear, BiasNorm, ScheduledFloat, limit_param_value, scaled_linear,
     set_batch_count,
@@ -182,3 +182,22 @@ def test_scaled_linear_scales_the_default_initialisation():
     scaled = scaled_linear(256, 256, initial_scale=0.05)
     assert torch.allclose(scaled.weight, plain.weight * 0.05)
     assert scaled.bias.abs().max() <= 0.005
+
+
+def test_whitening_metric_pools_groups_so_unequal_group_energies_count():
+    # Four zero-mean orthogonal +-1 columns of an 8x8 Hadamard matrix, the second group
+    # doubled: covariance diag(8, 8, 32, 32); pooled over groups (icefall's
+    # _whitening_metric): mean squared entry / squared mean diagonal = (2176/4) / 20^2.
+    h2 = torch.tensor([[1.0, 1.0], [1.0, -1.0]])
+    columns = torch.kron(h2, torch.kron(h2, h2))[:, 1:5]  # (8 frames, 4), zero mean
+    x = columns * torch.tensor([1.0, 1.0, 2.0, 2.0])
+    assert torch.allclose(x.t() @ x, torch.diag(torch.tensor([8.0, 8, 32, 32])))
+    assert whitening_metric(x, 2).item() == pytest.approx(544.0 / 400.0)
+
+
+def test_penalize_abs_values_gt_adds_penalty_gradient_beyond_the_limit_only():
+    x = torch.tensor([-30.0, -10.0, 0.0, 10.0, 30.0], requires_grad=True)
+    y = penalize_abs_values_gt(x, 25.0, 1e-4)
+    assert torch.equal(y, x)
+    y.backward(torch.ones(5))
+    assert torch.allclose(x.grad, torch.tensor([1 - 1e-4, 1.0, 1.0, 1.0, 1 + 1e-4]), rtol=0, atol=1e-7)
