@@ -30,6 +30,7 @@ import torch
 from asr.config import PathLike
 
 from asr.checkpoint import (
+    check_format_version,
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     list_iteration_checkpoints,
@@ -224,7 +225,9 @@ def _load(path: PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint needed for averaging not found: {path}")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    check_format_version(checkpoint, path)
+    return checkpoint
 
 
 def _load_entry(path: PathLike, entry: str) -> StateDict:

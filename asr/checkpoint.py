@@ -35,6 +35,26 @@ class CheckpointConfigMismatch(ValueError):
     """A checkpoint was written by a run with a different configuration."""
 
 
+# Version 2 (issue 16): relative positional encoding in icefall's sign convention. Files
+# without a "format_version" entry are version 1 (mirrored convention); convert them with
+# ``python -m zipformer.checkpoint_upgrade OLD.pt NEW.pt``.
+CHECKPOINT_FORMAT_VERSION = 2
+
+
+class CheckpointFormatError(ValueError):
+    """A checkpoint was written in another format version than this code reads."""
+
+
+def check_format_version(checkpoint: Any, path: PathLike) -> None:
+    """Raise :class:`CheckpointFormatError` unless ``checkpoint`` is of the current version."""
+    version = checkpoint.get("format_version", 1) if isinstance(checkpoint, dict) else None
+    if version != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointFormatError(
+            f"{path} is a checkpoint of format version {version}; this code reads version "
+            f"{CHECKPOINT_FORMAT_VERSION} (icefall's positional-encoding sign). Convert it with: "
+            f"python -m zipformer.checkpoint_upgrade {path} NEW.pt")
+
+
 def epoch_checkpoint_path(exp_dir: PathLike, epoch: int) -> Path:
     """``<exp_dir>/epoch-<epoch>.pt``."""
     return Path(exp_dir) / f"epoch-{epoch}.pt"
@@ -121,6 +141,7 @@ def save_checkpoint(
         "batch_idx_train": int(batch_idx_train),
         "epoch": int(epoch),
         "config": dict(config),
+        "format_version": CHECKPOINT_FORMAT_VERSION,
     }
     if extra:
         clashing = set(extra) & set(contents)
@@ -163,6 +184,7 @@ def load_checkpoint(
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    check_format_version(checkpoint, path)
     if expected_config is not None:
         check_config_matches(
             checkpoint.get("config", {}), expected_config, source=path, ignore=ignore_config_fields

@@ -14,20 +14,32 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from zipformer.gradient_modifiers import Balancer, Whiten
-from zipformer.scaling import FloatLike, ScheduledFloat, scaled_linear
+from zipformer.gradient_modifiers import Balancer, Whiten, penalize_abs_values_gt
+from zipformer.scaling import FloatLike, ScheduledFloat, scaled_linear, whitening_schedule
 
 # Masked scores are set to this value (facts 2.1); exp(-1000) is exactly 0 in float32.
 MASKED_SCORE = -1000.0
+# Gradient-only penalty on attention scores beyond +-SCORE_LIMIT, applied in a fraction
+# SCORE_PENALTY_PROB of training calls (icefall's egs/librispeech/ASR/zipformer/zipformer.py).
+SCORE_LIMIT, SCORE_PENALTY, SCORE_PENALTY_PROB = 25.0, 1.0e-4, 0.1
 
 
 class CompactRelPositionalEncoding(nn.Module):
-    """Embeddings of relative offsets T-1, ..., -(T-1), shape (2T - 1, pos_dim).
+    """Embeddings of relative offsets -(T-1), ..., T-1, shape (2T - 1, pos_dim).
+
+    Row m embeds the offset m - (T - 1); :func:`relative_to_absolute` gives the score of
+    query i and key j row T-1-i+j, i.e. the embedding of (key - query) = j - i. This is
+    icefall's convention (CompactRelPositionalEncoding and the as_strided call in
+    egs/librispeech/ASR/zipformer/zipformer.py), so an icefall ``linear_pos`` weight
+    loads unchanged; the sine columns are odd in the offset, so the opposite convention
+    would need them negated.
 
     The offset is log-compressed (slope 1 near 0, compression length sqrt(pos_dim)),
     squashed by atan, and then cos/sin at integer frequencies 1 .. pos_dim/2; the last
-    dimension is the constant 1 (a bias), facts 2.1. No parameters: the embedding of an
-    offset does not depend on the sequence length, which keeps padding invariance.
+    dimension is the constant 1 (a bias). Computed in float32 with icefall's order of
+    operations, so that float64 runs reproduce icefall's to rounding. No parameters: the
+    embedding of an offset does not depend on the sequence length, which keeps padding
+    invariance.
     """
 
     def __init__(self, pos_dim: int, dropout: float = 0.15) -> None:
@@ -38,12 +50,13 @@ class CompactRelPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def embedding(self, num_frames: int, device: torch.device) -> Tensor:
-        offsets = torch.arange(num_frames - 1, -num_frames, -1, device=device,
+        offsets = torch.arange(-(num_frames - 1), num_frames, device=device,
                                dtype=torch.float32)
         compression = math.sqrt(self.pos_dim)
         compressed = compression * offsets.sign() * (
             torch.log(offsets.abs() + compression) - math.log(compression))
-        angle = torch.atan(compressed * (2.0 * math.pi / self.pos_dim))
+        length_scale = 1.0 * self.pos_dim / (2.0 * math.pi)
+        angle = torch.atan(compressed / length_scale)
         frequencies = torch.arange(1, self.pos_dim // 2 + 1, device=device, dtype=torch.float32)
         phases = angle[:, None] * frequencies[None, :]
         table = torch.stack([phases.cos(), phases.sin()], dim=-1).reshape(-1, self.pos_dim)
@@ -88,11 +101,15 @@ class RelPositionAttentionWeights(nn.Module):
                                      initial_scale=query_head_dim ** -0.25)
         self.linear_pos = scaled_linear(pos_dim, num_heads * pos_head_dim, bias=False,
                                         initial_scale=0.05)
-        self.key_whiten = Whiten(num_groups=num_heads, whitening_limit=ScheduledFloat(
-            (0.0, 3.0), (4000.0, 3.0), default=3.0), grad_scale=0.025)
+        # Keys: balancer, then whitening (the whitening limit 3 -> 6 over 20k batches);
+        # attention scores beyond +-25 get a small gradient penalty in 10% of training
+        # calls. Placement, limits and schedules as RelPositionMultiheadAttentionWeights
+        # in icefall's egs/librispeech/ASR/zipformer/zipformer.py.
         self.key_balancer = Balancer(query_head_dim * num_heads, min_positive=0.4,
                                      max_positive=0.6, min_abs=0.0, max_abs=100.0,
-                                     grad_scale=0.025)
+                                     prob=0.025)
+        self.key_whiten = Whiten(num_groups=num_heads, whitening_limit=whitening_schedule(3.0),
+                                 grad_scale=0.025)
         self.pos_emb_skip_rate = pos_emb_skip_rate if pos_emb_skip_rate is not None else (
             ScheduledFloat((0.0, 0.5), (4000.0, 0.0), default=0.0))
 
@@ -101,7 +118,7 @@ class RelPositionAttentionWeights(nn.Module):
         heads, qdim, pdim = self.num_heads, self.query_head_dim, self.pos_head_dim
         projected = self.in_proj(x)
         query = projected[..., : qdim * heads]
-        key = self.key_balancer(self.key_whiten(projected[..., qdim * heads: 2 * qdim * heads]))
+        key = self.key_whiten(self.key_balancer(projected[..., qdim * heads: 2 * qdim * heads]))
         pos_query = projected[..., 2 * qdim * heads:]
 
         query = query.reshape(batch, frames, heads, qdim).permute(2, 0, 1, 3)
@@ -116,6 +133,8 @@ class RelPositionAttentionWeights(nn.Module):
             pos_scores = torch.matmul(pos_query, pos_key.unsqueeze(1))  # (H, N, T, 2T-1)
             scores = scores + relative_to_absolute(pos_scores)
 
+        if self.training and random.random() < SCORE_PENALTY_PROB:
+            scores = penalize_abs_values_gt(scores, SCORE_LIMIT, SCORE_PENALTY)
         if key_padding_mask is not None:
             scores = scores.masked_fill(key_padding_mask[None, :, None, :], MASKED_SCORE)
         return scores.softmax(dim=-1)
@@ -132,8 +151,8 @@ class SelfAttention(nn.Module):
         self.num_heads, self.value_head_dim = num_heads, value_head_dim
         self.in_proj = nn.Linear(embed_dim, num_heads * value_head_dim)
         self.out_proj = scaled_linear(num_heads * value_head_dim, embed_dim, initial_scale=0.05)
-        self.whiten = Whiten(num_groups=1, whitening_limit=ScheduledFloat(
-            (0.0, 7.5), (20000.0, 15.0), default=7.5), grad_scale=0.01)
+        self.whiten = Whiten(num_groups=1, whitening_limit=whitening_schedule(7.5, ratio=3.0),
+                             grad_scale=0.01)
 
     def forward(self, x: Tensor, attn_weights: Tensor) -> Tensor:
         batch, frames, _ = x.shape
@@ -148,7 +167,8 @@ class NonlinAttention(nn.Module):
     """Like the convolution module, with attention weights in place of the convolution.
 
     d -> 3 x (3d/4) split into s, x, y; x * tanh(s) mixed over time by the first head's
-    weights, times y, projected back to d (init 0.05), facts 2.1.
+    weights, times y, projected back to d (init 0.05). Gradient-only modules as icefall's
+    NonlinAttention: a balancer on s, whitening of x before the gate and of the output.
     x: (N, T, C), attn_weights: (N, T, T) -> (N, T, C).
     """
 
@@ -156,16 +176,18 @@ class NonlinAttention(nn.Module):
         super().__init__()
         self.hidden_channels = hidden_channels
         self.in_proj = nn.Linear(embed_dim, 3 * hidden_channels)
-        self.gate_balancer = Balancer(hidden_channels, min_positive=0.05, max_positive=1.0,
-                                      min_abs=0.2, max_abs=ScheduledFloat(
-                                          (0.0, 2.5), (4000.0, 10.0), default=10.0))
+        self.gate_balancer = Balancer(
+            hidden_channels, min_positive=ScheduledFloat((0.0, 0.25), (20000.0, 0.05)),
+            max_positive=ScheduledFloat((0.0, 0.75), (20000.0, 0.95)),
+            min_abs=0.5, max_abs=5.0)
         self.out_proj = scaled_linear(hidden_channels, embed_dim, initial_scale=0.05)
-        self.whiten_hidden = Whiten(num_groups=1, whitening_limit=5.0, grad_scale=0.01)
-        self.whiten_out = Whiten(num_groups=1, whitening_limit=5.0, grad_scale=0.01)
+        self.whiten_hidden = Whiten(num_groups=1, whitening_limit=whitening_schedule(5.0),
+                                    grad_scale=0.01)
+        self.whiten_out = Whiten(num_groups=1, whitening_limit=whitening_schedule(5.0, ratio=3.0),
+                                 grad_scale=0.01)
 
     def forward(self, x: Tensor, attn_weights: Tensor) -> Tensor:
         gate, hidden, out_gate = self.in_proj(x).chunk(3, dim=-1)
-        hidden = hidden * torch.tanh(self.gate_balancer(gate))
-        hidden = self.whiten_hidden(hidden)
+        hidden = self.whiten_hidden(hidden) * torch.tanh(self.gate_balancer(gate))
         hidden = torch.matmul(attn_weights.to(hidden.dtype), hidden)
         return self.whiten_out(self.out_proj(hidden * out_gate))

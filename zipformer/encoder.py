@@ -7,7 +7,11 @@ the output assembled from the last stack plus the higher channels of the most re
 stack that has them, then a final downsampling by 2 to 25 frames/s.
 
 Every module honours the padding masks: outputs at valid frames do not depend on how
-many padding frames follow them.
+many padding frames follow them. On unpadded input the encoder computes what icefall's
+Zipformer2 (egs/librispeech/ASR/zipformer/zipformer.py) computes, in eval and training
+mode, so icefall weights load by name (zipformer.icefall_import); in a padded batch
+icefall's outputs at valid frames change with the padding (its SimpleDownsample, ConvNeXt
+and downsampled stacks see padded frames), ours equal each utterance's output alone.
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ class ZipformerStack(nn.Module):
             begin = warmup_begin + i * step
             layer.bypass.skip_rate = ScheduledFloat(
                 (begin, INITIAL_LAYERDROP_RATE), (begin + step, final_layerdrop_rate),
-                default=final_layerdrop_rate)
+                default=0.0)
 
     def forward(self, x: Tensor, lengths: Tensor, feature_mask: Optional[Tensor]) -> Tensor:
         key_padding_mask = padding_mask(lengths, x.shape[1])

@@ -39,16 +39,22 @@ class _BalancerFunction(torch.autograd.Function):
             x_detached = x.detach().float().requires_grad_(True)
             flat = _move_channels_last(x_detached, ctx.channel_dim)
             mean = flat.mean(dim=0)
-            rms = (flat ** 2).mean(dim=0).clamp(min=1e-20).sqrt()
-            std = (rms ** 2 - mean ** 2).clamp(min=1e-20).sqrt()
+            mean_square = (flat ** 2).mean(dim=0)
+            rms = mean_square.clamp(min=1e-20).sqrt()
+            std = (mean_square - mean * mean).clamp(min=1e-20).sqrt()
             mean_ratio = mean / std
             # Hinge penalties on the per-channel statistics; only their gradient matters.
             penalty = ((min_mean_ratio - mean_ratio).relu() + (mean_ratio - max_mean_ratio).relu()
                        + (math.log(min_rms) - rms.log()).relu()
                        + (rms.log() - math.log(max_rms)).relu()).sum()
             (penalty_grad,) = torch.autograd.grad(penalty, x_detached)
-        # Zero when every channel is in range (no host sync needed to find out).
-        penalty_grad = penalty_grad / (penalty_grad.pow(2).mean().sqrt() + 1e-20)
+        # Normalized to unit RMS per channel (as icefall's BalancerFunction); zero for the
+        # channels in range (no host sync needed to find out).
+        channel_rms = _move_channels_last(penalty_grad, ctx.channel_dim).pow(2).mean(dim=0)
+        channel_rms = channel_rms.sqrt().clamp(min=1e-20)
+        shape = [1] * x.ndim
+        shape[ctx.channel_dim] = -1
+        penalty_grad = penalty_grad / channel_rms.view(shape)
         extra = penalty_grad * (ctx.grad_scale * x_grad.float().abs())
         return (x_grad.float() + extra).to(x_grad.dtype), None, None, None
 
@@ -80,8 +86,11 @@ class Balancer(nn.Module):
 
     def _bounds(self) -> Tuple[float, float, float, float]:
         def quantile(p: float) -> float:
-            p = min(max(p, 1e-6), 1.0 - 1e-6)
-            return float(torch.special.ndtri(torch.tensor(p, dtype=torch.float64)))
+            # icefall's approximation of the normal quantile (BalancerFunction in
+            # egs/librispeech/ASR/zipformer/scaling.py): 0.8139535143 atanh(2p - 1),
+            # close to the exact value for p in [0.05, 0.95]; eps keeps p = 0 or 1 finite.
+            y, eps = 2.0 * p - 1.0, 1e-10
+            return 0.8139535143 * (math.log(1 + y + eps) - math.log(1 - y + eps)) / 2.0
         rms_per_abs = math.sqrt(math.pi / 2.0)  # 1.2533
         return (quantile(float(self.min_positive)), quantile(float(self.max_positive)),
                 max(float(self.min_abs), 1e-10) * rms_per_abs,
@@ -99,17 +108,19 @@ class Balancer(nn.Module):
 def whitening_metric(x: Tensor, num_groups: int) -> Tensor:
     """Mean squared eigenvalue over squared mean eigenvalue of the centred covariance.
 
-    x: (frames, C). The channels split into ``num_groups`` groups; the metric is averaged
-    over groups. It is 1 when the covariance is a multiple of the identity (facts 2.1).
+    x: (frames, C). The channels split into ``num_groups`` groups with one covariance
+    each; the squared entries and the diagonals are pooled over groups (icefall's
+    ``_whitening_metric``), so the metric is 1 only when every group's covariance is the
+    same multiple of the identity: it also penalizes groups of unequal energy.
     """
     frames, channels = x.shape
     group = channels // num_groups
     x = x.reshape(frames, num_groups, group).transpose(0, 1)  # (G, frames, C/G)
     x = x - x.mean(dim=1, keepdim=True)
-    covariance = torch.matmul(x.transpose(1, 2), x) / frames  # (G, C/G, C/G)
-    trace = covariance.diagonal(dim1=1, dim2=2).sum(dim=1)
-    trace_of_square = (covariance ** 2).sum(dim=(1, 2))
-    return (group * trace_of_square / (trace ** 2 + 1e-20)).mean()
+    covariance = torch.matmul(x.transpose(1, 2), x)  # (G, C/G, C/G)
+    mean_diagonal = covariance.diagonal(dim1=1, dim2=2).mean()
+    mean_square = (covariance ** 2).sum() / channels
+    return mean_square / (mean_diagonal ** 2 + 1e-20)
 
 
 class _WhitenFunction(torch.autograd.Function):
@@ -159,6 +170,29 @@ class Whiten(nn.Module):
         if random.random() >= float(self.prob):
             return x
         return _WhitenFunction.apply(x, self)
+
+
+class _PenalizeAbsValuesFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, limit: float, penalty: float) -> Tensor:
+        ctx.save_for_backward(x)
+        ctx.limit, ctx.penalty = limit, penalty
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (x,) = ctx.saved_tensors
+        over = (x.abs() > ctx.limit).to(grad.dtype)
+        return grad + ctx.penalty * x.sign().to(grad.dtype) * over, None, None
+
+
+def penalize_abs_values_gt(x: Tensor, limit: float, penalty: float) -> Tensor:
+    """Identity forward; the backward pass adds the gradient of
+    ``penalty * sum(|x| - limit)`` over the elements with ``|x| > limit`` (icefall's
+    ``penalize_abs_values_gt``, used on attention scores: limit 25, penalty 1e-4)."""
+    if not x.requires_grad:
+        return x
+    return _PenalizeAbsValuesFunction.apply(x, float(limit), float(penalty))
 
 
 class _ScaleGradFunction(torch.autograd.Function):

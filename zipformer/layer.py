@@ -19,7 +19,7 @@ from zipformer.attention import NonlinAttention, RelPositionAttentionWeights, Se
 from zipformer.gradient_modifiers import Balancer, Whiten
 from zipformer.scaling import (
     ActivationDropoutAndLinear, BiasNorm, FloatLike, ScheduledFloat, as_schedule,
-    sequence_keep_mask,
+    limit_param_value, sequence_keep_mask, whitening_schedule,
 )
 
 
@@ -33,7 +33,8 @@ class FeedforwardModule(nn.Module):
                                         min_abs=0.75, max_abs=5.0)
         self.out_proj = ActivationDropoutAndLinear(hidden_dim, embed_dim, activation="SwooshL",
                                                    dropout_p=dropout, initial_scale=0.1)
-        self.out_whiten = Whiten(num_groups=1, whitening_limit=7.5, grad_scale=0.01)
+        self.out_whiten = Whiten(num_groups=1, whitening_limit=whitening_schedule(7.5),
+                                 grad_scale=0.01)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.out_whiten(self.out_proj(self.hidden_balancer(self.in_proj(x))))
@@ -43,6 +44,8 @@ class ConvolutionModule(nn.Module):
     """Linear d -> 2d, x * sigmoid(s), depthwise Conv1d, SwooshR, Linear d -> d (init 0.05).
 
     Padding frames are zeroed before the convolution so that they never reach valid ones.
+    Gradient-only modules as icefall's ConvolutionModule: a balancer on the gate's input
+    (min_abs 1.5), a balancer after the convolution, whitening (7.5 -> 15).
     """
 
     def __init__(self, channels: int, kernel_size: int) -> None:
@@ -50,15 +53,17 @@ class ConvolutionModule(nn.Module):
         if kernel_size % 2 != 1:
             raise ValueError(f"cnn_module_kernel must be odd, got {kernel_size}")
         self.in_proj = nn.Linear(channels, 2 * channels)
-        self.gate_balancer = Balancer(channels, min_positive=ScheduledFloat(
-            (0.0, 0.05), (8000.0, 0.025), default=0.025), max_positive=1.0,
-            min_abs=0.2, max_abs=10.0)
+        self.gate_balancer = Balancer(
+            channels, min_positive=ScheduledFloat((0.0, 0.05), (8000.0, 0.025)),
+            max_positive=1.0, min_abs=1.5,
+            max_abs=ScheduledFloat((0.0, 5.0), (8000.0, 10.0), default=1.0))
         self.depthwise_conv = nn.Conv1d(channels, channels, kernel_size,
                                         padding=kernel_size // 2, groups=channels)
-        self.conv_balancer = Balancer(channels, min_positive=ScheduledFloat(
-            (0.0, 0.1), (8000.0, 0.05), default=0.05), max_positive=1.0,
-            min_abs=ScheduledFloat((0.0, 0.2), (20000.0, 0.5), default=0.5), max_abs=10.0)
-        self.whiten = Whiten(num_groups=1, whitening_limit=7.5, grad_scale=0.01)
+        self.conv_balancer = Balancer(
+            channels, min_positive=ScheduledFloat((0.0, 0.1), (8000.0, 0.05)),
+            max_positive=1.0, min_abs=ScheduledFloat((0.0, 0.2), (20000.0, 0.5)), max_abs=10.0)
+        self.whiten = Whiten(num_groups=1, whitening_limit=whitening_schedule(7.5),
+                             grad_scale=0.01)
         self.out_proj = ActivationDropoutAndLinear(channels, channels, activation="SwooshR",
                                                    dropout_p=0.0, initial_scale=0.05)
 
@@ -75,8 +80,10 @@ class ConvolutionModule(nn.Module):
 class BypassModule(nn.Module):
     """y = x0 + c * (x - x0) with learned per-channel c (init 0.5), facts 2.1 / 2.3.
 
-    In training c is clamped to [scale_min, 1] (0.9 -> 0.2 over 20k batches) and set to 0
-    for whole utterances with probability ``skip_rate`` (layer skipping).
+    In training, :func:`limit_param_value` pulls c back into [scale_min, 1] (scale_min
+    0.9 -> 0.2 over 20k batches) through its gradient only: the forward pass uses c as
+    it is, even out of range (icefall's BypassModule). c is set to 0 for whole utterances
+    with probability ``skip_rate`` (layer skipping).
     """
 
     def __init__(self, embed_dim: int, skip_rate: FloatLike = 0.0,
@@ -85,13 +92,13 @@ class BypassModule(nn.Module):
         self.bypass_scale = nn.Parameter(torch.full((embed_dim,), 0.5))
         self.skip_rate = as_schedule(skip_rate)
         self.scale_min = scale_min if scale_min is not None else ScheduledFloat(
-            (0.0, 0.9), (20000.0, 0.2), default=0.2)
+            (0.0, 0.9), (20000.0, 0.2), default=0.0)
         self.scale_max = scale_max
 
     def forward(self, x_orig: Tensor, x: Tensor) -> Tensor:
         scale = self.bypass_scale
         if self.training:
-            scale = scale.clamp(float(self.scale_min), self.scale_max)
+            scale = limit_param_value(scale, float(self.scale_min), self.scale_max)
             skip_rate = float(self.skip_rate)
             if skip_rate > 0.0:
                 scale = scale * sequence_keep_mask(x.shape[0], skip_rate, x.device, scale.dtype)
@@ -129,19 +136,27 @@ class ZipformerLayer(nn.Module):
         self.nonlin_attention = NonlinAttention(embed_dim, hidden_channels=3 * embed_dim // 4)
         self.conv_module1 = ConvolutionModule(embed_dim, cnn_module_kernel)
         self.conv_module2 = ConvolutionModule(embed_dim, cnn_module_kernel)
-        self.ff2_balancer = Balancer(embed_dim, min_positive=0.3, max_positive=0.7,
-                                     min_abs=0.2, max_abs=4.0)  # applied to FF2's input
-        self.ff3_balancer = Balancer(embed_dim, min_positive=0.3, max_positive=0.7,
-                                     min_abs=0.2, max_abs=4.0)
-        self.nonlin_balancer = Balancer(embed_dim, min_positive=0.45, max_positive=0.55,
-                                        min_abs=0.2, max_abs=4.0)
+        # Gradient-only modules where icefall's Zipformer2EncoderLayer has them: on the
+        # outputs of the non-linear attention and of FF2 and FF3 (prob 0.05), before the
+        # norm, and after the layer's bypass followed by whitening (limit 4 -> 12).
+        self.nonlin_balancer = Balancer(
+            embed_dim, min_positive=0.3, max_positive=0.7,
+            min_abs=ScheduledFloat((0.0, 0.004), (4000.0, 0.02)), prob=0.05)
+        self.ff2_balancer = Balancer(
+            embed_dim, min_positive=0.3, max_positive=0.7,
+            min_abs=ScheduledFloat((0.0, 0.0), (4000.0, 0.1), default=0.0), max_abs=2.0,
+            prob=0.05)
+        self.ff3_balancer = Balancer(
+            embed_dim, min_positive=0.3, max_positive=0.7,
+            min_abs=ScheduledFloat((0.0, 0.0), (4000.0, 0.2), default=0.0), max_abs=4.0,
+            prob=0.05)
         self.norm_balancer = Balancer(embed_dim, min_positive=0.45, max_positive=0.55,
                                       min_abs=0.2, max_abs=4.0)
         self.norm = BiasNorm(embed_dim)
         self.out_balancer = Balancer(embed_dim, min_positive=0.45, max_positive=0.55,
-                                     min_abs=0.2, max_abs=4.0)
-        self.out_whiten = Whiten(num_groups=1, whitening_limit=ScheduledFloat(
-            (0.0, 4.0), (20000.0, 8.0), default=4.0), grad_scale=0.01)
+                                     min_abs=0.1, max_abs=4.0)
+        self.out_whiten = Whiten(num_groups=1, whitening_limit=whitening_schedule(4.0, ratio=3.0),
+                                 grad_scale=0.01)
 
     def _keep_mask(self, x: Tensor, rate: FloatLike) -> Optional[Tensor]:
         """(N, 1, 1) whole-utterance keep mask in training, or None (keep all)."""
@@ -173,12 +188,12 @@ class ZipformerLayer(nn.Module):
         x = self._add(x, self.nonlin_balancer(nonlin), attn_keep)
         x = self._add(x, self.self_attn1(x, attn_weights), attn_keep)
         x = self._add(x, self.conv_module1(x, key_padding_mask), conv_keep)
-        x = self._add(x, self.feed_forward2(self.ff2_balancer(x)),
+        x = self._add(x, self.ff2_balancer(self.feed_forward2(x)),
                       self._keep_mask(x, self.ff2_skip_rate))
         x = self.bypass_mid(x_orig, x)
         x = self._add(x, self.self_attn2(x, attn_weights), attn_keep)
         x = self._add(x, self.conv_module2(x, key_padding_mask), conv_keep)
-        x = self._add(x, self.feed_forward3(self.ff3_balancer(x)),
+        x = self._add(x, self.ff3_balancer(self.feed_forward3(x)),
                       self._keep_mask(x, self.ff3_skip_rate))
         x = self.norm(self.norm_balancer(x))
         x = self.bypass(x_orig, x)

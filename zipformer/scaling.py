@@ -16,6 +16,7 @@ Everything here is pure PyTorch. Tensors put channels on the last dimension unle
 
 from __future__ import annotations
 
+import random
 from typing import Optional, Tuple, Union
 
 import torch
@@ -82,6 +83,12 @@ def set_batch_count(model: nn.Module, batch_count: float) -> None:
             module.batch_count = float(batch_count)
 
 
+def whitening_schedule(limit: float, ratio: float = 2.0) -> ScheduledFloat:
+    """A whitening limit that grows from ``limit`` to ``ratio * limit`` over 20k batches
+    (icefall's ``_whitening_schedule`` in egs/librispeech/ASR/zipformer/zipformer.py)."""
+    return ScheduledFloat((0.0, limit), (20000.0, ratio * limit), default=limit)
+
+
 def as_schedule(value: FloatLike) -> nn.Module:
     """Wrap a plain float into a constant :class:`ScheduledFloat` so modules store one kind."""
     if isinstance(value, ScheduledFloat):
@@ -114,7 +121,9 @@ class _SwooshFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, shift: float, offset: float) -> Tensor:
-        x32 = x.float()
+        # Half precision is computed in float32; float64 stays float64 (so that float64
+        # runs reproduce icefall's float64 outputs to rounding).
+        x32 = x if x.dtype == torch.float64 else x.float()
         y = torch.nn.functional.softplus(x32 - shift) - SWOOSH_SLOPE * x32 - offset
         if x.requires_grad:
             deriv = torch.sigmoid(x32 - shift)  # derivative + 0.08, in (0, 1)
@@ -147,11 +156,48 @@ class SwooshR(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------
+class _LimitParamValueFunction(torch.autograd.Function):
+    """Identity forward; backward turns gradients that would push an out-of-range element
+    further out into gradients that pull it back (same magnitude, opposite sign)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, low: float, high: float) -> Tensor:
+        ctx.save_for_backward(x)
+        ctx.low, ctx.high = low, high
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (x,) = ctx.saved_tensors
+        # Gradient descent moves x against the gradient: below the range a positive
+        # gradient would lower x further, above it a negative one would raise it.
+        push_out = ((grad > 0) & (x < ctx.low)) | ((grad < 0) & (x > ctx.high))
+        return torch.where(push_out, -grad, grad), None, None
+
+
+def limit_param_value(x: Tensor, low: float, high: float, prob: float = 0.6,
+                      training: bool = True) -> Tensor:
+    """Keep a parameter in [low, high] through its gradient only (icefall's
+    ``limit_param_value`` in egs/librispeech/ASR/zipformer/scaling.py).
+
+    The forward pass uses ``x`` as it is, even out of range; in training, with
+    probability ``prob`` per call, the backward pass flips the sign of each gradient
+    element that would move an out-of-range element further out.
+    """
+    if low > high:
+        raise ValueError(f"limit_param_value: low {low} > high {high}")
+    if training and random.random() < prob:
+        return _LimitParamValueFunction.apply(x, float(low), float(high))
+    return x
+
+
 class BiasNorm(nn.Module):
     """BiasNorm(x)_c = x_c exp(gamma) / sqrt(mean_j (x_j - b_j)^2)  (facts 2.3).
 
-    ``b`` is a learned per-channel bias, ``gamma`` a learned scalar log-scale kept in
-    [-1.5, 1.5] while training. Shapes: (..., C) -> (..., C) for ``channel_dim=-1``.
+    ``b`` is a learned per-channel bias, ``gamma`` a learned scalar log-scale. In
+    training, :func:`limit_param_value` pulls gamma back into [-1.5, 1.5] through its
+    gradient; the forward pass always uses gamma as it is (as icefall's BiasNorm).
+    Shapes: (..., C) -> (..., C) for ``channel_dim=-1``.
     """
 
     def __init__(self, num_channels: int, channel_dim: int = -1,
@@ -165,9 +211,8 @@ class BiasNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         channel_dim = self.channel_dim % x.ndim
         bias = self.bias.view([-1] + [1] * (x.ndim - channel_dim - 1))
-        log_scale = self.log_scale
-        if self.training:
-            log_scale = log_scale.clamp(-self.log_scale_limit, self.log_scale_limit)
+        log_scale = limit_param_value(self.log_scale, -self.log_scale_limit,
+                                      self.log_scale_limit, training=self.training)
         mean_square = ((x - bias) ** 2).mean(dim=channel_dim, keepdim=True)
         return x * (torch.rsqrt(mean_square) * log_scale.exp())
 

@@ -121,9 +121,25 @@ def test_relative_positional_encoding_depends_on_offset_only():
     encoding = CompactRelPositionalEncoding(16).eval()
     short, long = encoding.embedding(5, "cpu"), encoding.embedding(9, "cpu")
     assert short.shape == (9, 16)
-    assert torch.allclose(short, long[4:13])  # offsets 4 .. -4
+    assert torch.allclose(short, long[4:13])  # offsets -4 .. 4
     assert torch.all(short[:, -1] == 1.0)
     assert torch.allclose(short[4, 0::2], torch.ones(8))  # offset 0: cos(0) = 1
+
+
+def test_relative_positional_encoding_row_m_embeds_key_minus_query_offset_m_minus_t_plus_1():
+    # Written from the definition, in float64: row m is offset d = m - (T - 1), so that
+    # relative_to_absolute's entry (i, j), row T-1-i+j, embeds d = j - i (icefall's sign).
+    pos_dim, frames = 16, 6
+    table = CompactRelPositionalEncoding(pos_dim).embedding(frames, "cpu").double()
+    d = torch.arange(2 * frames - 1, dtype=torch.float64) - (frames - 1)
+    c = math.sqrt(pos_dim)
+    compressed = c * torch.sign(d) * torch.log1p(d.abs() / c)
+    angle = torch.atan(compressed * 2 * math.pi / pos_dim)
+    for k in range(pos_dim // 2):
+        assert torch.allclose(table[:, 2 * k], torch.cos((k + 1) * angle), atol=1e-6)
+        if 2 * k + 1 < pos_dim - 1:
+            assert torch.allclose(table[:, 2 * k + 1], torch.sin((k + 1) * angle), atol=1e-6)
+    assert table[frames, 1] > 0  # offset +1 (key after query): positive sine
 
 
 def test_relative_to_absolute_reads_offset_query_minus_key():

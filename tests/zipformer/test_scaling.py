@@ -6,9 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from zipformer.gradient_modifiers import Balancer, Whiten, whitening_metric
+from zipformer.gradient_modifiers import Balancer, Whiten, penalize_abs_values_gt, whitening_metric
 from zipformer.scaling import (
-    ActivationDropoutAndLinear, BiasNorm, ScheduledFloat, scaled_linear, set_batch_count,
+    ActivationDropoutAndLinear, BiasNorm, ScheduledFloat, limit_param_value, scaled_linear,
+    set_batch_count,
     swoosh_l, swoosh_l_reference, swoosh_r, swoosh_r_reference,
 )
 
@@ -72,15 +73,37 @@ def test_biasnorm_follows_its_formula():
     assert torch.allclose(norm(x), expected, atol=1e-6)
 
 
-def test_biasnorm_log_scale_is_limited_in_training():
+def test_biasnorm_uses_an_out_of_range_log_scale_as_it_is_in_training():
     norm = BiasNorm(4)
     with torch.no_grad():
         norm.log_scale.fill_(3.0)
-    x = torch.randn(3, 4)
-    rms_out = lambda y: (y ** 2).mean(-1).sqrt()
-    norm.train()
-    assert torch.allclose(rms_out(norm(x)) / rms_out(norm.eval()(x)),
-                          torch.full((3,), math.exp(1.5 - 3.0)), atol=1e-4)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    norm.double().train()
+    expected = x * math.exp(3.0) / ((x - norm.bias) ** 2).mean(-1, keepdim=True).sqrt()
+    for _ in range(5):  # limit_param_value is applied at random: whichever way, no clamp
+        assert torch.allclose(norm(x), expected, rtol=1e-12)
+
+
+def test_limit_param_value_flips_only_gradients_pushing_out_of_range():
+    x = torch.tensor([-1.0, -1.0, 0.5, 0.5, 2.0, 2.0], requires_grad=True)
+    upstream = torch.tensor([3.0, -3.0, 4.0, -4.0, -5.0, 5.0])
+    y = limit_param_value(x, 0.0, 1.0, prob=1.0)
+    assert torch.equal(y, x)
+    y.backward(upstream)
+    # From the definition: below 0 a positive gradient (descent lowers x) and above 1 a
+    # negative one (descent raises x) change sign; every other element is untouched.
+    below, above = x.detach() < 0.0, x.detach() > 1.0
+    pushing_out = (below & (upstream > 0)) | (above & (upstream < 0))
+    assert torch.equal(x.grad, torch.where(pushing_out, -upstream, upstream))
+    assert pushing_out.tolist() == [True, False, False, False, True, False]
+
+
+def test_limit_param_value_is_identity_in_eval_and_rejects_an_empty_range():
+    x = torch.tensor([5.0], requires_grad=True)
+    limit_param_value(x, 0.0, 1.0, prob=1.0, training=False).backward(torch.tensor([-1.0]))
+    assert x.grad.item() == -1.0
+    with pytest.raises(ValueError, match="low 2.0 > high 1.0"):
+        limit_param_value(x, 2.0, 1.0)
 
 
 def test_balancer_is_identity_forward_and_pushes_violating_channel_back():
@@ -159,3 +182,22 @@ def test_scaled_linear_scales_the_default_initialisation():
     scaled = scaled_linear(256, 256, initial_scale=0.05)
     assert torch.allclose(scaled.weight, plain.weight * 0.05)
     assert scaled.bias.abs().max() <= 0.005
+
+
+def test_whitening_metric_pools_groups_so_unequal_group_energies_count():
+    # Four zero-mean orthogonal +-1 columns of an 8x8 Hadamard matrix, the second group
+    # doubled: covariance diag(8, 8, 32, 32); pooled over groups (icefall's
+    # _whitening_metric): mean squared entry / squared mean diagonal = (2176/4) / 20^2.
+    h2 = torch.tensor([[1.0, 1.0], [1.0, -1.0]])
+    columns = torch.kron(h2, torch.kron(h2, h2))[:, 1:5]  # (8 frames, 4), zero mean
+    x = columns * torch.tensor([1.0, 1.0, 2.0, 2.0])
+    assert torch.allclose(x.t() @ x, torch.diag(torch.tensor([8.0, 8, 32, 32])))
+    assert whitening_metric(x, 2).item() == pytest.approx(544.0 / 400.0)
+
+
+def test_penalize_abs_values_gt_adds_penalty_gradient_beyond_the_limit_only():
+    x = torch.tensor([-30.0, -10.0, 0.0, 10.0, 30.0], requires_grad=True)
+    y = penalize_abs_values_gt(x, 25.0, 1e-4)
+    assert torch.equal(y, x)
+    y.backward(torch.ones(5))
+    assert torch.allclose(x.grad, torch.tensor([1 - 1e-4, 1.0, 1.0, 1.0, 1 + 1e-4]), rtol=0, atol=1e-7)
