@@ -1,4 +1,5 @@
-"""Attention parts of a Zipformer layer (Zipformer paper; facts 2.1).
+"""Attention parts of a Zipformer layer (Zipformer paper; icefall's
+egs/librispeech/ASR/zipformer/zipformer.py).
 
 Attention weights are computed once per layer (:class:`RelPositionAttentionWeights`) and
 reused by :class:`NonlinAttention` and two :class:`SelfAttention` modules. Layout is
@@ -17,7 +18,7 @@ from torch import Tensor, nn
 from zipformer.gradient_modifiers import Balancer, Whiten, penalize_abs_values_gt
 from zipformer.scaling import FloatLike, ScheduledFloat, scaled_linear, whitening_schedule
 
-# Masked scores are set to this value (facts 2.1); exp(-1000) is exactly 0 in float32.
+# Masked scores are set to this value (icefall's zipformer.py/scaling.py); exp(-1000) is exactly 0 in float32.
 MASKED_SCORE = -1000.0
 # Gradient-only penalty on attention scores beyond +-SCORE_LIMIT, applied in a fraction
 # SCORE_PENALTY_PROB of training calls (icefall's egs/librispeech/ASR/zipformer/zipformer.py).
@@ -82,7 +83,7 @@ def relative_to_absolute(pos_scores: Tensor) -> Tensor:
 
 
 class RelPositionAttentionWeights(nn.Module):
-    """Multi-head attention weights with relative-position scores (facts 2.1).
+    """Multi-head attention weights with relative-position scores (icefall's zipformer.py/scaling.py).
 
     One projection gives query and key (query_head_dim each per head) and a positional
     query (pos_head_dim per head). Scores = q.k + p.proj(pos_emb); the projection's init
@@ -141,7 +142,7 @@ class RelPositionAttentionWeights(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Applies precomputed attention weights to a value projection (facts 2.1).
+    """Applies precomputed attention weights to a value projection (icefall's zipformer.py/scaling.py).
 
     x: (N, T, C), weights: (heads, N, T, T) -> (N, T, C).
     """

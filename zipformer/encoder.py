@@ -1,8 +1,8 @@
 """The Zipformer encoder (Zipformer2): fbank -> (N, ((T - 7) // 2 + 1) // 2, max(encoder_dim)).
 
-Zipformer paper (overall structure), facts 2.1: a Conv2dSubsampling front end at
-50 frames/s, then stacks at 50, 25, 12.5, 6.25, 12.5, 25 Hz (downsampling 1, 2, 4, 8, 4, 2
-for the M preset), each stack's channels truncated or zero-padded from the previous one,
+Zipformer paper (overall structure) and icefall's egs/librispeech/ASR/zipformer/zipformer.py:
+a Conv2dSubsampling front end at 50 frames/s, then stacks at 50, 25, 12.5, 6.25, 12.5,
+25 Hz (downsampling 1, 2, 4, 8, 4, 2 for the M preset), each stack's channels truncated or zero-padded from the previous one,
 the output assembled from the last stack plus the higher channels of the most recent
 stack that has them, then a final downsampling by 2 to 25 frames/s.
 
@@ -27,7 +27,7 @@ from zipformer.presets import ZipformerConfig
 from zipformer.scaling import ScheduledFloat
 from zipformer.subsampling import MIN_INPUT_FRAMES, Conv2dSubsampling, subsampled_lengths
 
-# Feature (channel) masking probabilities (facts 2.1).
+# Feature (channel) masking probabilities (icefall's zipformer.py/scaling.py).
 FEATURE_MASK_PROB = 0.125
 INITIAL_LAYERDROP_RATE = 0.5
 # Every stochastic regularizer inside the encoder, by the attribute that holds its
@@ -101,7 +101,7 @@ class ZipformerStack(nn.Module):
     """``num_layers`` Zipformer layers at one frame rate sharing a positional encoding.
 
     Multiplies by the feature mask at the input and after every layer; staggers the
-    layers' skip-rate schedules over [warmup_begin, warmup_end] batches (facts 2.1).
+    layers' skip-rate schedules over [warmup_begin, warmup_end] batches (icefall's zipformer.py/scaling.py).
     x: (N, T, d), lengths: (N,), feature_mask: (N, 1, d) or None -> (N, T, d).
     """
 
@@ -153,7 +153,7 @@ class DownsampledStack(nn.Module):
 
 
 def convert_num_channels(x: Tensor, num_channels: int) -> Tensor:
-    """Truncate or zero-pad the last dimension to ``num_channels`` (facts 2.1)."""
+    """Truncate or zero-pad the last dimension to ``num_channels`` (icefall's zipformer.py/scaling.py)."""
     if num_channels <= x.shape[-1]:
         return x[..., :num_channels]
     return nn.functional.pad(x, (0, num_channels - x.shape[-1]))

@@ -1,4 +1,5 @@
-"""Gradient modifiers of the Zipformer (Zipformer paper; facts 2.1).
+"""Gradient modifiers of the Zipformer (Zipformer paper; icefall's
+egs/librispeech/ASR/zipformer/scaling.py).
 
 Identity in the forward pass; in the backward pass they add a small term to the
 gradient, and only in training:
@@ -60,13 +61,13 @@ class _BalancerFunction(torch.autograd.Function):
 
 
 class Balancer(nn.Module):
-    """Identity forward; backward nudges per-channel statistics into ranges (facts 2.1).
+    """Identity forward; backward nudges per-channel statistics into ranges (icefall's scaling.py).
 
     Constraints: fraction of positive values in [min_positive, max_positive] (turned into
     bounds on mean/stddev via the normal quantile) and RMS in [min_abs, max_abs] x 1.2533
     (mean |x| to RMS for a normal variable). The extra gradient has, element by element,
     about ``grad_scale`` times the magnitude of the incoming gradient. Applied in training
-    with probability ``prob`` (default 0.5 -> 0.125 over 8000 batches, facts 2.1).
+    with probability ``prob`` (default 0.5 -> 0.125 over 8000 batches, icefall's scaling.py).
     """
 
     def __init__(self, num_channels: int, channel_dim: int = -1,
@@ -145,7 +146,7 @@ class _WhitenFunction(torch.autograd.Function):
 
 
 class Whiten(nn.Module):
-    """Identity forward; backward pushes the channel covariance towards white (facts 2.1).
+    """Identity forward; backward pushes the channel covariance towards white (icefall's scaling.py).
 
     When :func:`whitening_metric` exceeds ``whitening_limit``, adds the metric's gradient
     rescaled to ``grad_scale`` times the norm of the incoming gradient. Runs with
@@ -207,7 +208,7 @@ class _ScaleGradFunction(torch.autograd.Function):
 
 
 class ScaleGrad(nn.Module):
-    """Identity forward; multiplies the gradient by ``scale`` (Conv2dSubsampling, facts 1.2)."""
+    """Identity forward; multiplies the gradient by ``scale`` (icefall's subsampling.py)."""
 
     def __init__(self, scale: float) -> None:
         super().__init__()

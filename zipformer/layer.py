@@ -1,6 +1,7 @@
 """One Zipformer layer and its feed-forward, convolution and bypass modules.
 
-Data flow of :class:`ZipformerLayer` follows facts 2.2 (the Zipformer
+Data flow of :class:`ZipformerLayer` follows Zipformer2EncoderLayer in
+icefall's egs/librispeech/ASR/zipformer/zipformer.py (the Zipformer
 paper's block): three feed-forward modules, one set of attention weights shared by a
 non-linear attention and two self-attention modules, two convolution modules, a
 mid-layer bypass, BiasNorm at the end and a learned bypass around the whole layer.
@@ -78,7 +79,7 @@ class ConvolutionModule(nn.Module):
 
 
 class BypassModule(nn.Module):
-    """y = x0 + c * (x - x0) with learned per-channel c (init 0.5), facts 2.1 / 2.3.
+    """y = x0 + c * (x - x0) with learned per-channel c (init 0.5), as icefall's BypassModule.
 
     In training, :func:`limit_param_value` pulls c back into [scale_min, 1] (scale_min
     0.9 -> 0.2 over 20k batches) through its gradient only: the forward pass uses c as
@@ -106,14 +107,14 @@ class BypassModule(nn.Module):
 
 
 class ZipformerLayer(nn.Module):
-    """One Zipformer block, x (N, T, d) -> (N, T, d), data flow of facts 2.2."""
+    """One Zipformer block, x (N, T, d) -> (N, T, d), data flow of icefall's Zipformer2EncoderLayer."""
 
     def __init__(self, embed_dim: int, pos_dim: int, num_heads: int, query_head_dim: int,
                  pos_head_dim: int, value_head_dim: int, feedforward_dim: int,
                  cnn_module_kernel: int, dropout: FloatLike = 0.1) -> None:
         super().__init__()
         self.embed_dim = embed_dim
-        # Whole-utterance dropouts inside the layer (facts 2.1).
+        # Whole-utterance dropouts inside the layer (icefall's zipformer.py/scaling.py).
         self.attention_skip_rate = ScheduledFloat((0.0, 0.2), (4000.0, 0.05), (16000.0, 0.0),
                                                   default=0.0)
         self.conv_skip_rate = ScheduledFloat((0.0, 0.2), (4000.0, 0.05), (16000.0, 0.0),

@@ -1,4 +1,5 @@
-"""Building blocks of the Zipformer (Zipformer paper, Yao et al. 2024; facts 2.1-2.3).
+"""Building blocks of the Zipformer (Zipformer paper, Yao et al. 2024;
+icefall's egs/librispeech/ASR/zipformer/scaling.py).
 
 Everything here is pure PyTorch. Tensors put channels on the last dimension unless a
 ``channel_dim`` argument says otherwise.
@@ -30,7 +31,7 @@ class ScheduledFloat(nn.Module):
 
     ``ScheduledFloat((0.0, 0.3), (20000.0, 0.1))`` is 0.3 at batch 0, 0.2 at batch
     10000 and 0.1 from batch 20000 on. ``float(x)`` gives ``default`` when the module
-    is in eval mode or when no batch count has been set (facts 2.1); the training loop
+    is in eval mode or when no batch count has been set (icefall's zipformer.py/scaling.py); the training loop
     sets counts with :func:`set_batch_count`. It is a parameter-free ``nn.Module`` so
     that ``model.train()``, ``model.eval()`` and ``model.modules()`` reach it.
     """
@@ -76,7 +77,7 @@ def set_batch_count(model: nn.Module, batch_count: float) -> None:
     """Set the batch count that drives every :class:`ScheduledFloat` inside ``model``.
 
     Training calls this every few batches with the duration-adjusted count
-    ``batch_idx * max_duration * world_size / 600`` (facts 2.1).
+    ``batch_idx * max_duration * world_size / 600`` (icefall's zipformer.py/scaling.py).
     """
     for module in model.modules():
         if hasattr(module, "batch_count"):
@@ -97,7 +98,7 @@ def as_schedule(value: FloatLike) -> nn.Module:
 
 
 # ---------------------------------------------------------------------------------------
-# Swoosh activations (Zipformer paper; formulas in facts 2.3).
+# Swoosh activations (Zipformer paper; icefall's egs/librispeech/ASR/zipformer/scaling.py).
 SWOOSH_SLOPE = 0.08
 SWOOSH_R_OFFSET = 0.313261687  # makes SwooshR(0) = 0
 SWOOSH_L_OFFSET = 0.035
@@ -192,7 +193,7 @@ def limit_param_value(x: Tensor, low: float, high: float, prob: float = 0.6,
 
 
 class BiasNorm(nn.Module):
-    """BiasNorm(x)_c = x_c exp(gamma) / sqrt(mean_j (x_j - b_j)^2)  (facts 2.3).
+    """BiasNorm(x)_c = x_c exp(gamma) / sqrt(mean_j (x_j - b_j)^2) (icefall's zipformer.py/scaling.py).
 
     ``b`` is a learned per-channel bias, ``gamma`` a learned scalar log-scale. In
     training, :func:`limit_param_value` pulls gamma back into [-1.5, 1.5] through its
@@ -229,7 +230,7 @@ def _scale_init(layer: nn.Module, initial_scale: float) -> nn.Module:
 def scaled_linear(in_features: int, out_features: int, bias: bool = True,
                   initial_scale: float = 1.0) -> nn.Linear:
     """``nn.Linear`` with its default init multiplied by ``initial_scale``; bias uniform
-    in +-0.1 x initial_scale (facts 2.1: output projections start small, 0.01-0.1)."""
+    in +-0.1 x initial_scale (icefall's scaling.py: output projections start small, 0.01-0.1)."""
     return _scale_init(nn.Linear(in_features, out_features, bias=bias), initial_scale)
 
 
@@ -279,7 +280,7 @@ _ACTIVATIONS = {"SwooshL": swoosh_l_reference, "SwooshR": swoosh_r_reference}
 class ActivationDropoutAndLinear(nn.Module):
     """Activation (SwooshL or SwooshR), dropout, then a linear layer, in one autograd node.
 
-    The dropout mask is shared along ``shared_dim`` (time, facts 2.1). Only the input is
+    The dropout mask is shared along ``shared_dim`` (time, as icefall's Dropout3). Only the input is
     saved for backward, so a (frames, hidden) activation is never kept.
     x: (N, T, in_features) -> (N, T, out_features).
     """

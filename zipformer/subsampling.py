@@ -1,7 +1,7 @@
 """Convolutional front end: 80-dim fbank at 100 frames/s -> encoder_dim[0] at ~50 frames/s.
 
-Layer structure from facts 1.2 (Zipformer paper): three Conv2d layers with
-SwooshR, one ConvNeXt block, a linear projection of the flattened channels x frequency
+Layer structure of icefall's egs/librispeech/ASR/zipformer/subsampling.py (Zipformer paper):
+three Conv2d layers with SwooshR, one ConvNeXt block, a linear projection of the flattened channels x frequency
 bins, Whiten, BiasNorm and time-shared dropout. Output length T' = (T - 7) // 2.
 """
 
