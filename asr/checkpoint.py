@@ -15,7 +15,6 @@ the configuration the run was started with.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 from pathlib import Path

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import glob
 import hashlib
 import logging

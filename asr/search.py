@@ -56,7 +56,7 @@ repeat paths whenever they fall outside that top; here they are always kept.)
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple
 
 import numba
 import numpy as np

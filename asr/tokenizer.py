@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List, Sequence
 
 from asr.config import PathLike
 

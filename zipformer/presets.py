@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 PER_STACK_FIELDS = (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 import re
 from pathlib import Path
