@@ -59,13 +59,19 @@ def relative_to_absolute(pos_scores: Tensor) -> Tensor:
 
     Column m of ``pos_scores`` holds offset T-1-m (query minus key), so entry (i, j)
     reads column T-1-i+j.
+
+    Pure indexing by pad, flatten, slice and reshape (the values are bit-identical to a
+    strided view with row stride W - 1 starting at T - 1): every step has a dynamic-T ONNX
+    form, for both exporters, where ``as_strided`` with a T-dependent offset has none in
+    the TorchScript exporter. One zero column makes rows 2T long, so that in the flat
+    layout entry (i, j) sits at T-1 + i(2T-1) + j; the 2T - 1 row stride is >= T even for
+    T = 1, and column T-1-i+j <= 2T-2 never reads the padding.
     """
     *lead, frames, width = pos_scores.shape
-    pos_scores = pos_scores.contiguous()
-    strides = list(pos_scores.stride())
-    return pos_scores.as_strided(
-        (*lead, frames, frames), (*strides[:-2], strides[-2] - 1, strides[-1]),
-        pos_scores.storage_offset() + frames - 1)
+    padded = torch.nn.functional.pad(pos_scores, (0, 1))  # (..., T, 2T)
+    flat = padded.reshape(*lead, frames * (width + 1))
+    rows = flat[..., frames - 1: frames - 1 + frames * width].reshape(*lead, frames, width)
+    return rows[..., :frames]
 
 
 class RelPositionAttentionWeights(nn.Module):
