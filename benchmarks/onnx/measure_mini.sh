@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Export the egs/mini model to ONNX and decode test-clean three ways, one thread each:
-# our decoder (PyTorch, greedy) and sherpa-onnx with model.onnx and model.int8.onnx.
+# Export the egs/mini model to ONNX and decode test-clean four ways, one thread each:
+# our decoder (PyTorch, stored fbank), our model from audio (benchmarks/onnx/torch_from_audio.py)
+# and sherpa-onnx with model.onnx and model.int8.onnx.
 # Run after egs/mini/run.sh (stages 0-5) from the repository root:
 #   benchmarks/onnx/measure_mini.sh [exp_dir relative to egs/mini] [data tag]
 # The decoded weights are those run.sh decodes: the exact average between the two newest
@@ -19,6 +20,9 @@ python -m zipformer.export_onnx --exp-dir "$exp" --iter "$iteration" --avg 1 --u
 echo "== ours (PyTorch, stored fbank), $(uptime)"
 python -m zipformer.decode --exp-dir "$exp" --iter "$iteration" --avg 1 --use-averaged-model true \
   --method ctc-greedy-search ctc-prefix-beam-search --beam 4 --device cpu --test-cuts "$test_cuts"
+echo "== ours (PyTorch) from audio, lhotse fbank uncompressed, $(uptime)"
+python "$repo/benchmarks/onnx/torch_from_audio.py" --exp-dir "$exp" --iter "$iteration" --avg 1 \
+  --use-averaged-model true --test-cuts "$test_cuts" --result-dir "$exp/torch-from-audio"
 for model in model model.int8; do
   echo "== sherpa-onnx $model, $(uptime)"
   python -m zipformer.sherpa_decode --model "$exp/onnx-$suffix/$model.onnx" --num-threads 1 \
