@@ -45,9 +45,9 @@ from zipformer.presets import config_from_dict
 
 logger = logging.getLogger(__name__)
 
-# sherpa-onnx looks the blank up under these names, in this order, and ends the process
-# (no exception) when none is in tokens.txt (sherpa-onnx/csrc/offline-ctc-greedy-search-
-# decoder / symbol-table lookups of its Zipformer CTC model).
+# sherpa-onnx takes the blank id from the first of these names that tokens.txt holds and
+# ends the process (exit(-1), no exception) when it holds none
+# (sherpa-onnx/csrc/offline-recognizer-ctc-impl.h, greedy search).
 BLANK_SYMBOLS = ("<blk>", "<eps>", "<blank>")
 EXPORTERS = ("torchscript", "dynamo")
 INPUT_NAMES = ["x", "x_lens"]
@@ -88,8 +88,9 @@ def check_token_table(entries: Sequence[Tuple[str, int]], vocab_size: int, blank
 
     Symbols starting with ``#`` (lexicon disambiguation symbols, not output classes) are
     dropped. Raises ValueError naming ``source`` when ids are missing or repeated, when
-    the table is not the model's size, or when the model's blank is not named as one of
-    ``BLANK_SYMBOLS`` (sherpa-onnx would end the process without an error message).
+    the table is not the model's size, or when the first of ``BLANK_SYMBOLS`` in the table
+    is not the model's blank (sherpa-onnx would decode with the wrong blank, or end the
+    process without an error message when there is none).
     """
     classes = [(symbol, index) for symbol, index in entries if not symbol.startswith("#")]
     by_id: Dict[int, str] = {}
@@ -101,11 +102,14 @@ def check_token_table(entries: Sequence[Tuple[str, int]], vocab_size: int, blank
         raise ValueError(f"{source}: expected one symbol for each id 0..{vocab_size - 1} (the model's "
                          f"vocab_size {vocab_size}), found {len(by_id)} ids from {min(by_id, default=None)} "
                          f"to {max(by_id, default=None)}")
-    blank = by_id[blank_id]
-    if blank not in BLANK_SYMBOLS:
-        raise ValueError(f"{source}: the model's blank (id {blank_id}) is {blank!r}; sherpa-onnx finds the "
-                         f"blank only as one of {', '.join(BLANK_SYMBOLS)} and exits without an error "
-                         f"otherwise: rename it in the token table")
+    by_symbol = {symbol: index for index, symbol in by_id.items()}
+    found = next((symbol for symbol in BLANK_SYMBOLS if symbol in by_symbol), None)
+    if found is None or by_symbol[found] != blank_id:
+        seen = f"{found!r} has id {by_symbol[found]}" if found else "none of them is in the table"
+        raise ValueError(f"{source}: the model's blank (id {blank_id}) is {by_id[blank_id]!r}; sherpa-onnx "
+                         f"takes the blank id from the first of {', '.join(BLANK_SYMBOLS)} in tokens.txt "
+                         f"({seen}) and exits without an error message when there is none: name the "
+                         f"blank {BLANK_SYMBOLS[0]} in the token table")
     return sorted(classes, key=lambda entry: entry[1])
 
 

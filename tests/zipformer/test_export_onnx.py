@@ -138,9 +138,17 @@ def test_every_blank_name_sherpa_knows_is_accepted(tmp_path, blank):
 
 def test_a_table_without_a_blank_sherpa_knows_is_refused_before_writing(tmp_path):
     model = tiny_model()
-    with pytest.raises(ValueError, match=r"blank \(id 0\) is '<b>'.*<blk>, <eps>, <blank>"):
+    with pytest.raises(ValueError, match=r"blank \(id 0\) is '<b>'.*<blk>, <eps>, <blank>.*none of them"):
         export_model(model, piece_table(model.config.vocab_size, "<b>"), tmp_path / "out", token_source="t.txt")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_blank_name_sherpa_finds_first_on_another_id_is_refused(tmp_path):
+    model = tiny_model()
+    table = piece_table(model.config.vocab_size, "<eps>")
+    table[5] = ("<blk>", 5)  # sherpa-onnx would take id 5 as the blank
+    with pytest.raises(ValueError, match=r"'<blk>' has id 5"):
+        export_model(model, table, tmp_path, token_source="t.txt")
 
 
 def test_a_table_of_the_wrong_size_is_refused(tmp_path):
