@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from zipformer.attention import relative_to_absolute
+from zipformer.attention import relative_to_absolute, relative_to_absolute_by_reshape
 from zipformer.export_onnx import (
     BLANK_SYMBOLS, CTCLogProbs, export_model, main as export_main, onnx_log_probs, read_token_table)
 from zipformer.model import CTCModel
@@ -49,22 +49,31 @@ def relative_to_absolute_by_definition(scores: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@pytest.mark.parametrize("function", [relative_to_absolute, relative_to_absolute_by_reshape])
 @pytest.mark.parametrize("frames", [1, 2, 3, 8, 25])
-def test_relative_to_absolute_reads_column_t_minus_1_minus_i_plus_j(frames):
+def test_relative_to_absolute_reads_column_t_minus_1_minus_i_plus_j(function, frames):
     scores = torch.randn(2, 3, frames, 2 * frames - 1, dtype=torch.float64)
-    assert torch.equal(relative_to_absolute(scores), relative_to_absolute_by_definition(scores))
+    assert torch.equal(function(scores), relative_to_absolute_by_definition(scores))
 
 
-def test_relative_to_absolute_gradient_reaches_only_the_read_columns():
+@pytest.mark.parametrize("function", [relative_to_absolute, relative_to_absolute_by_reshape])
+def test_relative_to_absolute_gradient_reaches_only_the_read_columns(function):
     frames = 5
     scores = torch.randn(frames, 2 * frames - 1, dtype=torch.float64, requires_grad=True)
     weights = torch.randn(frames, frames, dtype=torch.float64)
-    (relative_to_absolute(scores) * weights).sum().backward()
+    (function(scores) * weights).sum().backward()
     expected = torch.zeros(frames, 2 * frames - 1, dtype=torch.float64)
     for i in range(frames):
         for j in range(frames):
             expected[i, frames - 1 - i + j] += weights[i, j]
     assert torch.equal(scores.grad, expected)
+
+
+def test_tracing_takes_the_reshape_form():
+    scores = torch.randn(2, 4, 7)
+    graph = torch.jit.trace(relative_to_absolute, (scores,)).graph
+    kinds = {node.kind() for node in graph.nodes()}
+    assert "aten::as_strided" not in kinds and "aten::pad" in kinds
 
 
 def _compare(model, model_path, features, lengths):
