@@ -62,7 +62,9 @@ def relative_to_absolute(pos_scores: Tensor) -> Tensor:
     traced or exported, :func:`relative_to_absolute_by_reshape`, which has a dynamic-T
     ONNX form. Both read the same elements, so the values are bit-identical.
     """
-    if torch.jit.is_tracing() or torch.compiler.is_exporting():
+    # torch.compiler.is_exporting is torch >= 2.6; before, is_compiling (also true under
+    # torch.compile, where either way is correct).
+    if torch.jit.is_tracing() or getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)():
         return relative_to_absolute_by_reshape(pos_scores)
     *lead, frames, width = pos_scores.shape
     pos_scores = pos_scores.contiguous()
