@@ -2,6 +2,7 @@
 decodes from the same audio (our features: lhotse fbank; sherpa's: kaldi-native-fbank)."""
 
 import ast
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,19 @@ def test_command_names_a_missing_model(tmp_path):
     with pytest.raises(SystemExit, match="--model: file not found"):
         sherpa_decode.main(["--model", str(tmp_path / "model.onnx"), "--tokens", str(tmp_path / "t.txt"),
                             "--test-cuts", str(tmp_path / "cuts.jsonl.gz")])
+
+
+def test_sherpa_onnx_ends_the_process_without_a_blank_symbol(exported, tmp_path):
+    """Why export_model refuses such tables: sherpa-onnx exits instead of raising."""
+    import subprocess
+    import sys
+
+    _, table, paths = exported
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("".join(f"{'<b>' if i == 0 else s} {i}\n" for s, i in table), encoding="utf-8")
+    program = ("import sys; from zipformer.sherpa_decode import make_recognizer; "
+               f"make_recognizer({str(paths['model'])!r}, {str(tokens)!r}); print('loaded')")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    assert done.returncode != 0 and "loaded" not in done.stdout
+    assert "<blk> or <eps> or <blank>" in done.stderr + done.stdout
