@@ -194,6 +194,20 @@ decode_model() {
     decode.test_cuts="$(comma_list "$@")" "${extra[@]}"
 }
 
+# export_onnx_and_decode NAME=CUTS...: the weights the decode section chooses, exported to
+# ONNX for sherpa-onnx (model.onnx, model.int8.onnx, tokens.txt in <exp_dir>/onnx-<suffix>),
+# and the test sets decoded with sherpa-onnx from their audio, scored like asr.decode.
+export_onnx_and_decode() {
+  local extra=() settings model onnx_dir
+  read -r -a extra <<< "$decode_args"
+  settings=("${train_settings[@]}" decode.test_cuts="$(comma_list "$@")" "${extra[@]}")
+  onnx_dir=$(python -m zipformer.export_onnx --config "$train_config" "${settings[@]}" | sed -n 's#^wrote \(.*\)/model.onnx$#\1#p')
+  [ -n "$onnx_dir" ] || die "ONNX export wrote no model.onnx"
+  for model in model model.int8; do
+    python -m zipformer.sherpa_decode --model "$onnx_dir/$model.onnx" --config "$train_config" "${settings[@]}"
+  done
+}
+
 # recipe_setup: common settings once the options are parsed; moves into the recipe folder.
 recipe_setup() {
   case "$dl_dir" in /*) ;; *) dl_dir=$PWD/$dl_dir ;; esac

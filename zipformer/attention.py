@@ -72,14 +72,36 @@ def relative_to_absolute(pos_scores: Tensor) -> Tensor:
     """(..., T, 2T - 1) scores indexed by offset -> (..., T, T) indexed by key position.
 
     Column m of ``pos_scores`` holds offset T-1-m (query minus key), so entry (i, j)
-    reads column T-1-i+j.
+    reads column T-1-i+j. A strided view (no copy) when running; while the model is
+    traced or exported, :func:`relative_to_absolute_by_reshape`, which has a dynamic-T
+    ONNX form. Both read the same elements, so the values are bit-identical.
     """
+    # torch.compiler.is_exporting is torch >= 2.6; before, is_compiling (also true under
+    # torch.compile, where either way is correct).
+    if torch.jit.is_tracing() or getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)():
+        return relative_to_absolute_by_reshape(pos_scores)
     *lead, frames, width = pos_scores.shape
     pos_scores = pos_scores.contiguous()
     strides = list(pos_scores.stride())
     return pos_scores.as_strided(
         (*lead, frames, frames), (*strides[:-2], strides[-2] - 1, strides[-1]),
         pos_scores.storage_offset() + frames - 1)
+
+
+def relative_to_absolute_by_reshape(pos_scores: Tensor) -> Tensor:
+    """:func:`relative_to_absolute` by pad, flatten, slice and reshape.
+
+    The TorchScript ONNX exporter cannot express ``as_strided`` with a T-dependent offset;
+    these steps all have dynamic-T ONNX forms. One zero column makes rows 2T long, so that
+    in the flat layout entry (i, j) sits at T-1 + i(2T-1) + j: the 2T - 1 row stride is
+    >= T even for T = 1, and column T-1-i+j <= 2T-2 never reads the padding. About 3x the
+    time of the strided view (a padded copy), hence only for export.
+    """
+    *lead, frames, width = pos_scores.shape
+    padded = torch.nn.functional.pad(pos_scores, (0, 1))  # (..., T, 2T)
+    flat = padded.reshape(*lead, frames * (width + 1))
+    rows = flat[..., frames - 1: frames - 1 + frames * width].reshape(*lead, frames, width)
+    return rows[..., :frames]
 
 
 class RelPositionAttentionWeights(nn.Module):

@@ -205,6 +205,13 @@ class ZipformerEncoder(nn.Module):
                              f"{tuple(feature_lens.shape)}")
         if feature_lens.dtype.is_floating_point:
             raise ValueError(f"feature_lens must be integers, got {feature_lens.dtype}")
+        # torch.compiler.is_exporting is torch >= 2.6; before, is_compiling (also true under
+        # torch.compile, where either way is correct).
+        if torch.jit.is_tracing() or getattr(torch.compiler, "is_exporting", torch.compiler.is_compiling)():
+            # The checks below read the lengths' values, which an exported graph cannot
+            # branch on (torch.export stops at the data-dependent guard; tracing would
+            # freeze them); the graph's user passes lengths from real audio.
+            return
         longest, shortest = int(feature_lens.max()), int(feature_lens.min())
         if longest > features.shape[1]:
             raise ValueError(f"feature_lens has a length of {longest} frames, longer than the "

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GigaSpeech recipe. Data stages 0-8, then 10 training, 11 decoding, 12 the WER table.
+# GigaSpeech recipe. Data stages 0-8, then 10 training, 11 decoding, 12 the WER table, 13 ONNX
+# export and sherpa-onnx decoding.
 #   ./run.sh --stage 0 --stop-stage 8 --nj 8      # data (the default stage range)
 #   ./run.sh --stage 10 --stop-stage 12           # Zipformer-M, Pruned CTC, 2 GPUs, 60 epochs
 # Hyper-parameters live in conf/train.yaml (override: --train-args "data.max_duration=700").
@@ -122,4 +123,8 @@ fi
 
 if run_stage 12 "WER table (decodes nothing that stage 11 decoded)"; then
   decode_model "${test_sets[@]}"
+fi
+
+if run_stage 13 "export to ONNX and decode the test sets with sherpa-onnx"; then
+  export_onnx_and_decode "${test_sets[@]}"
 fi

@@ -7,7 +7,7 @@
 #   ./run.sh --stage 4 --stop-stage 5 --train-config conf/train.yaml
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
-# section).
+# section); 6 (not run by default) exports those weights to ONNX and decodes with sherpa-onnx.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -92,4 +92,8 @@ fi
 
 if run_stage 5 "decode test-clean with the weights the decode section of $train_config chooses"; then
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
+fi
+
+if run_stage 6 "export the same weights to ONNX and decode test-clean with sherpa-onnx"; then
+  export_onnx_and_decode "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
 fi

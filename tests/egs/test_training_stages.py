@@ -394,3 +394,18 @@ def test_the_summary_before_training_names_the_missing_experiment(recipe_copy, r
     result = run_recipe(recipe, "--stage", "12", "--stop-stage", "12", check=False)
     assert result.returncode != 0
     assert f"ERROR: train.exp_dir: experiment folder not found: {EXP}" in result.stderr
+
+
+def test_stage_13_exports_to_onnx_and_scores_sherpa_onnx_like_the_decoder(aishell, run_recipe):
+    recipe = aishell["recipe"]
+    result = run_recipe(recipe, "--stage", "13", "--stop-stage", "13", "--decode-args", "decode.avg=1")
+    onnx_dir = recipe / EXP / f"onnx-{SUFFIX}"
+    assert {"model.onnx", "model.int8.onnx", "tokens.txt"} <= {p.name for p in onnx_dir.iterdir()}
+    for model in ("model", "model.int8"):
+        for name in aishell["sets"]:
+            assert (onnx_dir / f"wer-summary-{name}-{model}.txt").is_file()
+            # Characters as references: the preset's decode.compute_cer, as asr.decode scores them.
+            recogs = _read_recogs(onnx_dir / f"recogs-{name}-sherpa-onnx-greedy-search-{model}.txt")
+            ours = _read_recogs(recipe / EXP / f"recogs-{name}-ctc-greedy-search-{SUFFIX}.txt")
+            assert {cut: ref for cut, (ref, _) in recogs.items()} == {cut: ref for cut, (ref, _) in ours.items()}
+    assert "real-time factor" in result.stdout

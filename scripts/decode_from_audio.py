@@ -1,0 +1,68 @@
+"""Our PyTorch model decoding from audio, timed the way zipformer.sherpa_decode times sherpa-onnx.
+
+    cd egs/mini && PYTHONPATH=../.. OMP_NUM_THREADS=1 python ../../scripts/decode_from_audio.py \\
+        --exp-dir exp/full_pruned_ctc --iter 1050 --avg 1 --use-averaged-model true \\
+        --test-cuts data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --result-dir DIR
+
+(run where the training ran: the lang dir comes from the checkpoint's relative path).
+
+One utterance at a time: lhotse fbank of the audio (uncompressed, where asr.decode
+reads the lilcom-compressed stored features) -> log-probs -> greedy search -> text. The
+real-time factor counts features, network and search, as sherpa-onnx's does, so the two
+compare the runtimes alone; the WER separates feature storage from runtime differences.
+Writes icefall's result files under the setting ``torch-greedy-from-audio``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from lhotse import Fbank, FbankConfig
+
+from asr.cut_filters import cut_text
+from asr.data import load_cuts_lazy
+from asr.config import RunConfig
+from asr.decode import load_lexicon
+from zipformer.export_onnx import load_model
+from asr.scoring import save_results
+from asr.search import ctc_greedy_search
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exp-dir", required=True)
+    # The checkpoint choice of asr.decode (its decode section's defaults when not given).
+    parser.add_argument("--epoch")
+    parser.add_argument("--iter")
+    parser.add_argument("--avg")
+    parser.add_argument("--use-averaged-model")
+    parser.add_argument("--test-cuts", required=True)
+    parser.add_argument("--result-dir", required=True)
+    args = parser.parse_args()
+    args.checkpoint, args.entry = None, "model"
+    torch.set_num_threads(1)
+    model, config, suffix = load_model(args)
+    tokenizer = load_lexicon(config["train"]["lang_dir"], RunConfig.from_dict(config))
+    extractor = Fbank(FbankConfig(num_mel_bins=80))
+    results, audio_seconds, busy = [], 0.0, 0.0
+    for cut in load_cuts_lazy(args.test_cuts, "--test-cuts"):
+        wave = cut.load_audio()[0]
+        started = time.perf_counter()
+        with torch.inference_mode():
+            features = torch.from_numpy(extractor.extract(wave, cut.sampling_rate))[None]
+            log_probs, lengths = model.log_probs(features, torch.tensor([features.shape[1]]))
+            text = tokenizer.decode(ctc_greedy_search(log_probs, lengths, blank_id=tokenizer.blank_id)[0])
+        busy += time.perf_counter() - started
+        audio_seconds += cut.duration
+        results.append((cut.id, cut_text(cut).split(), text.split()))
+    rates = save_results(Path(args.result_dir), Path(args.test_cuts).name.split("_cuts_")[-1].split(".")[0],
+                         {"torch-greedy-from-audio": results}, suffix=suffix)
+    print(f"WER {rates}, real-time factor {busy / audio_seconds:.4f} ({busy:.1f} s for "
+          f"{audio_seconds:.1f} s of audio, {len(results)} cuts, one thread)")
+
+
+if __name__ == "__main__":
+    main()
