@@ -170,3 +170,15 @@ class CachedStreamingLLM:
             layer.values = layer.values.index_select(2, index)
         self.cache_tau = [self.cache_tau[k] for k in keep]
         self.cache_positions = [self.cache_positions[k] for k in keep]
+
+
+def streaming_training_loss(model, features: Tensor, feature_lens: Tensor, targets, history_seconds: int,
+                            target_lengths: Optional[Tensor] = None,
+                            chunk_seconds: int = 2) -> Tuple[Tensor, Dict[str, Any]]:
+    """What a training step calls (Sec. 4.3, App. D.4): encoder windows of h seconds of
+    history + chunk, projector per chunk, all chunks in parallel under the mask with the
+    same h, Pruned CTC over the concatenated query outputs. Validation uses h = 8."""
+    from llm_ctc.streaming_encoder import streaming_speech_embeddings
+
+    speech, layouts = streaming_speech_embeddings(model, features, feature_lens, history_seconds, chunk_seconds)
+    return streaming_loss(model, speech, layouts, history_seconds, targets, target_lengths)

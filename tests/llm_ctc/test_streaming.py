@@ -163,3 +163,18 @@ def test_history_sampling_distribution():
 def test_history_sampling_is_reproducible_from_the_seed():
     first, second = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     assert [sample_history(first) for _ in range(50)] == [sample_history(second) for _ in range(50)]
+
+
+def test_training_loss_from_features_trains_the_projector(ctc_model):
+    from llm_ctc.streaming import streaming_training_loss
+    from references.tiny_llm import random_features
+
+    model = ctc_model
+    features, lens = random_features([430, 250], seed=6)
+    model.zero_grad()
+    loss, stats = streaming_training_loss(model, features, lens, model.encode_texts(["hello", "the cat"]), 1)
+    loss.backward()
+    # 430 frames: chunks of 200, 200, 30 -> 25 + 25 + 4 embeddings (8 feature frames each).
+    assert stats["frames"] == 54 + 32 and torch.isfinite(loss)
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in model.projector.parameters())
+    model.zero_grad()
