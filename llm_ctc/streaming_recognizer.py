@@ -136,3 +136,22 @@ class StreamingRecognizer:
         self.chunk_index += 1
         self.last_log_probs: Optional[Tensor] = log_probs
         return result
+
+
+def recognize_streaming(model, features: Tensor, feature_lens: Tensor, history_seconds: int = 8,
+                        method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0,
+                        chunk_seconds: int = 2):
+    """Streaming decoding of a padded batch for evaluation: each utterance chunk by chunk
+    through one :class:`StreamingRecognizer` (reset between utterances). Returns token ids,
+    texts and each utterance's largest KV cache (positions), to check the bound
+    P + 2A + J on every utterance."""
+    recognizer = StreamingRecognizer(model, history_seconds, chunk_seconds, method, beam, token_penalty)
+    ids, texts, largest = [], [], []
+    for n in range(features.shape[0]):
+        recognizer.reset()
+        recognizer.accept_features(features[n, :int(feature_lens[n])])
+        recognizer.finish()
+        ids.append(recognizer.tokens)
+        texts.append(recognizer.text)
+        largest.append(recognizer.llm.largest_cache)
+    return ids, texts, largest

@@ -111,3 +111,20 @@ def test_stream_command_refuses_a_non_16k_wav(tmp_path):
         writer.writeframes(b"\0\0" * 100)
     with pytest.raises(ValueError, match="expected 16000 Hz mono, got 8000 Hz"):
         read_wav(path)
+
+
+def test_batch_streaming_decoding_equals_offline_search_on_parallel_states(ctc_model):
+    from llm_ctc.streaming_recognizer import recognize_streaming
+
+    model = ctc_model
+    features, lens = random_features([610, 230], seed=12)
+    ids, texts, largest = recognize_streaming(model, features, lens, history_seconds=1)
+    for n in range(2):
+        reference, ref_lens = parallel_log_probs(model, features[n, :int(lens[n])], 1)
+        assert ids[n] == ctc_greedy_search(reference, ref_lens, blank_id=model.blank_id)[0]
+        assert texts[n] == StreamingRecognizer(model).tokenizer.decode(ids[n])
+    prompt = len(model.prompt_ids)
+    # 25 embeddings per 2 s chunk, one per 0.08 s (stack 2 over 25 frames/s); a 1 s
+    # history keeps those of the previous chunk at offsets 1.04 .. 1.92 s: J = 2 x 12.
+    # The 230-frame utterance peaks in its first chunk (its second has 4 embeddings).
+    assert largest == [prompt + 2 * 25 + 2 * 12, prompt + 2 * 25]
