@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List
 
 import torch
 from torch import Tensor
@@ -134,7 +134,6 @@ class StreamingRecognizer:
         result = ChunkResult(self.chunk_index, chunk.shape[0], self.text, self.tokens,
                              time.perf_counter() - started)
         self.chunk_index += 1
-        self.last_log_probs: Optional[Tensor] = log_probs
         return result
 
 
