@@ -17,6 +17,11 @@ What a trainer or decoder uses (both models)::
 LLM-CTC decoding: ``model.ctc_log_probs(features, feature_lens)`` or
 :func:`llm_ctc.decoding.recognize`; LLM-CE: ``model.generate(features, feature_lens,
 beam=4)``. Checkpoints: :mod:`llm_ctc.checkpoint`.
+
+Streaming LLM-CTC (Sec. 4.3): training ``llm_ctc.streaming.streaming_training_loss(model,
+features, feature_lens, targets, h)`` with ``h = sample_history(generator)`` per
+microbatch (8 for validation); inference ``llm_ctc.streaming_recognizer.StreamingRecognizer``
+(or ``recognize_streaming`` for a batch) and ``python -m llm_ctc.stream``.
 """
 
 from llm_ctc.checkpoint import build_model, load_model_checkpoint, save_model_checkpoint

@@ -75,9 +75,15 @@ class LLMCTCModel(SpeechLLM):
         targets: LLM token ids without blank (:meth:`encode_texts`). Utterances with
         T_n < |y_n| + r_n are excluded by the loss (zero loss and gradient) and counted.
         """
+        states, lens = self.ctc_states(features, feature_lens)
+        return self.loss_of_states(states, lens, targets, target_lengths)
+
+    def loss_of_states(self, states: Tensor, lens: Tensor, targets: Targets,
+                       target_lengths: Tensor = None) -> Tuple[Tensor, Dict[str, Any]]:
+        """:meth:`loss` from the X rows (N, T_n max, D) and T_n (N,) (the streaming model's
+        concatenated query outputs too, Sec. 4.3 eq. 11)."""
         from pruned_ctc import pruned_ctc_loss
 
-        states, lens = self.ctc_states(features, feature_lens)
         loss, stats = pruned_ctc_loss(
             states, self.head_weight, self.head_bias(), targets, lens, target_lengths=target_lengths,
             blank_id=self.blank_id, chunk_size=self.config.chunk_size, beam=self.config.beam,

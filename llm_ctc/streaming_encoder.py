@@ -1,0 +1,121 @@
+"""The encoder side of streaming LLM-CTC (Sec. 4.3): for chunk b the frozen encoder sees
+the preceding h seconds with the chunk (never later audio) and only the current chunk's
+outputs go on to the projector. The windows of all chunks are batched as independent
+sequences (App. D.4: at most 10 s of encoder input per chunk with h = 8 s).
+
+Which encoder frames belong to the chunk, for a window of H history frames and the
+chunk's F frames (H a multiple of 100: chunks start on whole seconds):
+
+* Qwen3-ASR: windows of 100 mel frames give 13 frames each, so the chunk's are the last
+  13 floor(F/100) + ceil((F mod 100)/8) (App. E), starting at 13 H / 100.
+* Zipformer (25 frames/s, T' = ((T - 7) // 2 + 1) // 2): encoder frame i stands for
+  feature frames [4i, 4i + 4); the chunk's are i in [ceil(H/4), ceil((H + F)/4)). The
+  window is extended by copies of its last frame (not by later audio) so that the
+  subsampling's edge loss still leaves those frames.
+
+The projector then runs per chunk (a stacking projector groups from the chunk start),
+giving the :func:`streaming_grid`'s T_b embeddings.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from llm_ctc.streaming_layout import (TICKS_PER_SECOND, FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout,
+                                      utterance_layout)
+
+ZIPFORMER_FRAMES_PER_OUTPUT = 4
+ZIPFORMER_RIGHT_PADDING = 10  # ((T + 10 - 7) // 2 + 1) // 2 >= ceil(T / 4) for every T >= 1
+
+
+def streaming_grid(config) -> TimeGrid:
+    """The time grid of the model's encoder + projector."""
+    if config.encoder_type == "qwen3_asr":
+        if config.projector_type != "mlp":
+            raise ValueError("streaming with the Qwen3-ASR encoder needs model.projector_type 'mlp'")
+        return Qwen3ASRGrid()
+    stack = config.projector_stack if config.projector_type == "stack" else 1
+    return FrameRateGrid(ZIPFORMER_FRAMES_PER_OUTPUT * stack)
+
+
+def chunk_output_range(encoder_type: str, history_frames: int, chunk_frames: int) -> Tuple[int, int]:
+    """(first encoder frame of the chunk in its window, number of them)."""
+    if encoder_type == "qwen3_asr":
+        return 13 * (history_frames // 100), Qwen3ASRGrid().count(chunk_frames)
+    first = -(-history_frames // ZIPFORMER_FRAMES_PER_OUTPUT)
+    return first, -(-(history_frames + chunk_frames) // ZIPFORMER_FRAMES_PER_OUTPUT) - first
+
+
+def chunk_windows(features: Tensor, chunk_frames: Sequence[int], history_seconds: int, encoder_type: str,
+                  chunk_seconds: int = 2) -> List[Tuple[Tensor, int]]:
+    """(window features, history frames) per chunk of one utterance's (T, F) features."""
+    windows, full = [], chunk_seconds * TICKS_PER_SECOND
+    for b, frames in enumerate(chunk_frames):
+        start = b * full
+        history = min(start, TICKS_PER_SECOND * history_seconds)
+        windows.append(make_window(features[start - history:start], features[start:start + frames], encoder_type))
+    return windows
+
+
+def make_window(history: Tensor, chunk: Tensor, encoder_type: str) -> Tuple[Tensor, int]:
+    """(encoder input, history frames) from the history's and the chunk's features."""
+    window = torch.cat([history, chunk])
+    if encoder_type != "qwen3_asr":
+        window = torch.cat([window, window[-1:].expand(ZIPFORMER_RIGHT_PADDING, -1)])
+    return window, history.shape[0]
+
+
+def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, history_seconds: int,
+                                chunk_seconds: int = 2) -> Tuple[Tensor, List[UtteranceLayout]]:
+    """Projected speech (N, T_n max, D) of every chunk of a padded batch, in chunk order,
+    and the utterances' layouts."""
+    from llm_ctc.streaming_layout import feature_chunk_frames
+
+    config, grid = model.config, streaming_grid(model.config)
+    prompt_len = len(model.prompt_ids)
+    layouts, windows = [], []
+    for n in range(features.shape[0]):
+        frames = feature_chunk_frames(int(feature_lens[n]), chunk_seconds)
+        layouts.append(utterance_layout(prompt_len, frames, grid, chunk_seconds))
+        windows += chunk_windows(features[n, :int(feature_lens[n])], frames, history_seconds, config.encoder_type,
+                                 chunk_seconds)
+    all_frames = [f for layout in layouts for f in layout.chunk_frames]
+    embeddings = chunk_embeddings(model, windows, all_frames)
+    dim = embeddings[0].shape[-1]
+    speech = embeddings[0].new_zeros(len(layouts), max(layout.num_frames for layout in layouts), dim)
+    index = 0
+    for n, layout in enumerate(layouts):
+        parts = embeddings[index:index + len(layout.chunk_frames)]
+        index += len(layout.chunk_frames)
+        speech[n, :layout.num_frames] = torch.cat(parts)
+    return speech, layouts
+
+
+def chunk_embeddings(model, windows: Sequence[Tuple[Tensor, int]], chunk_frames: Sequence[int]) -> List[Tensor]:
+    """Projected embeddings (T_b, D) of each chunk from its (window, history frames)."""
+    config = model.config
+    lens = torch.tensor([window.shape[0] for window, _ in windows])
+    batch = windows[0][0].new_zeros(len(windows), int(lens.max()), windows[0][0].shape[1])
+    for m, (window, _) in enumerate(windows):
+        batch[m, :window.shape[0]] = window
+    encoded, encoded_lens = model.encoder(batch.to(model.device), lens.to(model.device))
+    ranges = [chunk_output_range(config.encoder_type, history, frames)
+              for (_, history), frames in zip(windows, chunk_frames)]
+    counts = torch.tensor([count for _, count in ranges], device=encoded.device)
+    current = encoded.new_zeros(len(windows), int(counts.max()), encoded.shape[-1])
+    for m, (first, count) in enumerate(ranges):
+        if first + count > int(encoded_lens[m]):
+            raise RuntimeError(f"chunk window {m} gave {int(encoded_lens[m])} encoder frames, "
+                               f"fewer than the {first + count} its chunk needs")
+        current[m, :count] = encoded[m, first:first + count]
+    projected, projected_lens = model.projector(current.to(model.projector_dtype), counts)
+    grid = streaming_grid(config)
+    expected = [grid.count(frames) for frames in chunk_frames]
+    if projected_lens.tolist() != expected:
+        raise RuntimeError(f"projector gave {projected_lens.tolist()} embeddings per chunk, the time "
+                           f"grid says {expected}")
+    projected = projected.to(model.llm_dtype)
+    return [projected[m, :count] for m, count in enumerate(expected)]

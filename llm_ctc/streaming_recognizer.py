@@ -1,0 +1,156 @@
+"""Streaming recognition with LLM-CTC (Sec. 4.3, Fig. 2c): feed features or audio chunk
+by chunk, read the current hypothesis after each chunk.
+
+Per chunk b: the encoder on the last h seconds of features with the chunk, the
+projector, one LLM forward of [E_b, Q_b] against the KV cache (then eviction), the
+full-head log-probabilities, and one step of the streaming CTC search whose prefixes
+persist across chunks. Audio is cut into chunks and each chunk's features are computed
+from that chunk's samples only (the Zipformer's 80-dim fbank; the Qwen3-ASR frontend
+takes features). Each utterance has its own feature history, KV cache and search
+state: :meth:`StreamingRecognizer.reset` between utterances.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import List
+
+import torch
+from torch import Tensor
+
+from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
+from llm_ctc.decoding import METHODS, LLMTokenizer
+from llm_ctc.streaming import CachedStreamingLLM
+from llm_ctc.streaming_encoder import chunk_embeddings, make_window, streaming_grid
+from llm_ctc.streaming_layout import SAMPLE_RATE, TICKS_PER_SECOND
+
+
+@dataclass
+class ChunkResult:
+    index: int  # chunk b, from 0
+    frames: int  # F_b
+    text: str  # the hypothesis after this chunk
+    tokens: List[int]
+    seconds: float  # compute time of the chunk (encoder, LLM, head, search)
+
+
+class StreamingRecognizer:
+    """One utterance at a time. ``method``: "ctc-greedy-search" or
+    "ctc-prefix-beam-search" (``beam``, ``token_penalty``)."""
+
+    def __init__(self, model, history_seconds: int = 8, chunk_seconds: int = 2,
+                 method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(METHODS)}")
+        self.model = model
+        self.history, self.chunk_seconds = history_seconds, chunk_seconds
+        self.chunk_frames = chunk_seconds * TICKS_PER_SECOND
+        self.method, self.beam, self.token_penalty = method, beam, token_penalty
+        self.tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
+        self.llm = CachedStreamingLLM(model, history_seconds, streaming_grid(model.config), chunk_seconds)
+        self.reset()
+
+    def reset(self) -> None:
+        self.llm.reset()
+        if self.method == "ctc-greedy-search":
+            self.search = StreamingGreedySearch(self.model.blank_id)
+        else:
+            self.search = StreamingPrefixBeamSearch(self.beam, self.model.blank_id, self.token_penalty)
+        self.past = None  # the last h seconds of features before the pending ones
+        self.pending = None  # features of the chunk not yet complete
+        self.samples = torch.zeros(0)
+        self.chunk_index = 0
+
+    # --- features ------------------------------------------------------------------
+
+    def accept_features(self, features: Tensor) -> List[ChunkResult]:
+        """Append (T, F) features; every completed chunk is recognized."""
+        dim = self.model.encoder.feature_dim
+        if features.dim() != 2 or features.shape[1] != dim:
+            raise ValueError(f"features must have shape (T, {dim}), got {tuple(features.shape)}")
+        self.pending = features if self.pending is None else torch.cat([self.pending, features])
+        results = []
+        while self.pending.shape[0] >= self.chunk_frames:
+            chunk, self.pending = self.pending[:self.chunk_frames], self.pending[self.chunk_frames:]
+            results.append(self._recognize_chunk(chunk))
+        return results
+
+    def finish(self) -> List[ChunkResult]:
+        """Recognize the last, partial chunk (if any) and the pending audio."""
+        results = []
+        if self.samples.numel():
+            results += self.accept_features(self._fbank(self.samples))
+            self.samples = torch.zeros(0)
+        if self.pending is not None and self.pending.shape[0] > 0:
+            chunk, self.pending = self.pending, self.pending[:0]
+            results.append(self._recognize_chunk(chunk))
+        return results
+
+    # --- audio (Zipformer fbank) ---------------------------------------------------------
+
+    def accept_waveform(self, samples: Tensor) -> List[ChunkResult]:
+        """Append 16 kHz mono samples; features are computed per chunk of audio."""
+        if self.model.config.encoder_type != "zipformer":
+            raise ValueError("accept_waveform computes the Zipformer's 80-dim fbank; for "
+                             f"encoder_type {self.model.config.encoder_type!r} feed features (accept_features)")
+        self.samples = torch.cat([self.samples, samples.float().reshape(-1)])
+        per_chunk = self.chunk_seconds * SAMPLE_RATE
+        results = []
+        while self.samples.numel() >= per_chunk:
+            chunk, self.samples = self.samples[:per_chunk], self.samples[per_chunk:]
+            results += self.accept_features(self._fbank(chunk))
+        return results
+
+    @staticmethod
+    def _fbank(samples: Tensor) -> Tensor:
+        from lhotse import Fbank, FbankConfig
+
+        features = Fbank(FbankConfig(num_mel_bins=80)).extract(samples.numpy(), SAMPLE_RATE)
+        return torch.from_numpy(features)
+
+    # --- state ---------------------------------------------------------------------
+
+    @property
+    def tokens(self) -> List[int]:
+        return self.search.best()
+
+    @property
+    def text(self) -> str:
+        return self.tokenizer.decode(self.tokens)
+
+    def _recognize_chunk(self, chunk: Tensor) -> ChunkResult:
+        started = time.perf_counter()
+        model = self.model
+        history = chunk[:0] if self.past is None else self.past
+        window = make_window(history, chunk, model.config.encoder_type)
+        with torch.no_grad():
+            speech = chunk_embeddings(model, [window], [chunk.shape[0]])[0]
+            states = self.llm.step(speech, chunk.shape[0])
+            log_probs = model.log_probs_of_states(states)
+        self.search.advance(log_probs)
+        keep = self.history * TICKS_PER_SECOND
+        self.past = torch.cat([history, chunk])[-keep:]
+        result = ChunkResult(self.chunk_index, chunk.shape[0], self.text, self.tokens,
+                             time.perf_counter() - started)
+        self.chunk_index += 1
+        return result
+
+
+def recognize_streaming(model, features: Tensor, feature_lens: Tensor, history_seconds: int = 8,
+                        method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0,
+                        chunk_seconds: int = 2):
+    """Streaming decoding of a padded batch for evaluation: each utterance chunk by chunk
+    through one :class:`StreamingRecognizer` (reset between utterances). Returns token ids,
+    texts and each utterance's largest KV cache (positions), to check the bound
+    P + 2A + J on every utterance."""
+    recognizer = StreamingRecognizer(model, history_seconds, chunk_seconds, method, beam, token_penalty)
+    ids, texts, largest = [], [], []
+    for n in range(features.shape[0]):
+        recognizer.reset()
+        recognizer.accept_features(features[n, :int(feature_lens[n])])
+        recognizer.finish()
+        ids.append(recognizer.tokens)
+        texts.append(recognizer.text)
+        largest.append(recognizer.llm.largest_cache)
+    return ids, texts, largest

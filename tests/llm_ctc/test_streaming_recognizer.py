@@ -1,0 +1,130 @@
+"""StreamingRecognizer and the llm_ctc.stream command against the parallel (masked)
+computation of the same streaming model and the offline CTC search."""
+
+import wave
+
+import numpy as np
+import pytest
+import torch
+
+from asr.search import ctc_greedy_search, ctc_prefix_beam_search
+from llm_ctc.checkpoint import save_model_checkpoint
+from llm_ctc.streaming import parallel_query_states
+from llm_ctc.streaming_encoder import streaming_speech_embeddings
+from llm_ctc.streaming_recognizer import StreamingRecognizer
+from references.tiny_llm import random_features
+
+
+def parallel_log_probs(model, features, h):
+    lens = torch.tensor([features.shape[0]])
+    with torch.no_grad():
+        speech, layouts = streaming_speech_embeddings(model, features[None], lens, h)
+        states, state_lens = parallel_query_states(model, speech, layouts, h)
+        return model.log_probs_of_states(states), state_lens
+
+
+def recognize_in_pieces(recognizer, features, pieces):
+    seen, results, start = [], [], 0
+    advance = recognizer.search.advance
+    recognizer.search.advance = lambda log_probs: (seen.append(log_probs), advance(log_probs))
+    for size in pieces:
+        results += recognizer.accept_features(features[start:start + size])
+        start += size
+    results += recognizer.finish()
+    return results, torch.cat(seen)
+
+
+@pytest.mark.parametrize("method", ["ctc-greedy-search", "ctc-prefix-beam-search"])
+def test_recognizer_equals_parallel_streaming_computation(method, ctc_model):
+    model = ctc_model
+    features, _ = random_features([530], seed=8)
+    recognizer = StreamingRecognizer(model, history_seconds=2, method=method, beam=3, token_penalty=0.5)
+    results, streamed = recognize_in_pieces(recognizer, features[0], [150, 150, 230])
+    assert [r.frames for r in results] == [200, 200, 130] and [r.index for r in results] == [0, 1, 2]
+    reference, lens = parallel_log_probs(model, features[0], 2)
+    assert streamed.shape == reference[0].shape
+    assert (streamed - reference[0]).abs().max() <= 1e-4
+    if method == "ctc-greedy-search":
+        expected = ctc_greedy_search(reference, lens, blank_id=model.blank_id)[0]
+    else:
+        expected = ctc_prefix_beam_search(reference, lens, beam=3, blank_id=model.blank_id, token_penalty=0.5)[0]
+    assert recognizer.tokens == expected and results[-1].tokens == expected
+    assert len(expected) > 0 and results[-1].text == recognizer.tokenizer.decode(expected)
+
+
+def test_reset_gives_a_fresh_utterance(ctc_model):
+    first, _ = random_features([260], seed=9)
+    second, _ = random_features([420], seed=10)
+    recognizer = StreamingRecognizer(ctc_model, history_seconds=1)
+    recognizer.accept_features(first[0])
+    recognizer.finish()
+    recognizer.reset()
+    recognizer.accept_features(second[0])
+    recognizer.finish()
+    fresh = StreamingRecognizer(ctc_model, history_seconds=1)
+    fresh.accept_features(second[0])
+    fresh.finish()
+    assert recognizer.tokens == fresh.tokens
+    assert recognizer.llm.cache_positions == fresh.llm.cache_positions
+
+
+def test_bad_features_are_refused(ctc_model):
+    with pytest.raises(ValueError, match=r"features must have shape \(T, 80\)"):
+        StreamingRecognizer(ctc_model).accept_features(torch.zeros(10, 128))
+
+
+def write_wav(path, samples):
+    with wave.open(str(path), "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(16000)
+        writer.writeframes((samples * 32767).astype(np.int16).tobytes())
+
+
+def test_stream_command_prints_each_chunk_and_the_final_hypothesis(ctc_model, tmp_path, capsys):
+    from llm_ctc.stream import main, read_wav
+
+    generator = np.random.default_rng(0)
+    write_wav(tmp_path / "a.wav", 0.1 * generator.standard_normal(int(16000 * 4.3)))
+    checkpoint = save_model_checkpoint(tmp_path / "model.pt", ctc_model)
+    text = main(["--checkpoint", str(checkpoint), "--wav", str(tmp_path / "a.wav"), "--history", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[1] for line in lines[:-1]] == ["0", "1", "2"]
+    assert all(" ms " in line for line in lines[:-1])
+    assert lines[-1] == f"final: {text}"
+    # The same audio through the recognizer on the unmerged model.
+    recognizer = StreamingRecognizer(ctc_model, history_seconds=2)
+    recognizer.accept_waveform(read_wav(tmp_path / "a.wav"))
+    results = recognizer.finish()
+    assert [r.frames for r in results] == [30]
+    assert recognizer.text == text
+
+
+def test_stream_command_refuses_a_non_16k_wav(tmp_path):
+    from llm_ctc.stream import read_wav
+
+    path = tmp_path / "b.wav"
+    with wave.open(str(path), "wb") as writer:
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(8000)
+        writer.writeframes(b"\0\0" * 100)
+    with pytest.raises(ValueError, match="expected 16000 Hz mono, got 8000 Hz"):
+        read_wav(path)
+
+
+def test_batch_streaming_decoding_equals_offline_search_on_parallel_states(ctc_model):
+    from llm_ctc.streaming_recognizer import recognize_streaming
+
+    model = ctc_model
+    features, lens = random_features([610, 230], seed=12)
+    ids, texts, largest = recognize_streaming(model, features, lens, history_seconds=1)
+    for n in range(2):
+        reference, ref_lens = parallel_log_probs(model, features[n, :int(lens[n])], 1)
+        assert ids[n] == ctc_greedy_search(reference, ref_lens, blank_id=model.blank_id)[0]
+        assert texts[n] == StreamingRecognizer(model).tokenizer.decode(ids[n])
+    prompt = len(model.prompt_ids)
+    # 25 embeddings per 2 s chunk, one per 0.08 s (stack 2 over 25 frames/s); a 1 s
+    # history keeps those of the previous chunk at offsets 1.04 .. 1.92 s: J = 2 x 12.
+    # The 230-frame utterance peaks in its first chunk (its second has 4 embeddings).
+    assert largest == [prompt + 2 * 25 + 2 * 12, prompt + 2 * 25]
