@@ -234,8 +234,6 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
     first: tokens (L, num_frames) whose row l holds counts[l] token ids, ranking
     scores (L,) and total log-probabilities (L,).
     """
-    # Beam: hypothesis s < size has scores log_p_blank[s], log_p_token[s], the prefix's
-    # length, last token (-1 for the empty prefix), hash and its parent's hash.
     log_p_blank = np.full(beam, -np.inf)
     log_p_token = np.full(beam, -np.inf)
     length = np.zeros(beam, np.int64)
@@ -243,19 +241,38 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
     prefix_hash = np.zeros(beam, np.uint64)
     parent_hash = np.zeros(beam, np.uint64)
     log_p_blank[0] = 0.0
-    size = 1
-    # Back-pointers: hypothesis s after frame t came from hypothesis source[t, s] of
-    # the previous frame and appended emitted[t, s] (or _NO_TOKEN).
+    size, source, emitted = _advance_frames(log_probs[:num_frames], beam, blank_id, num_extensions, token_penalty,
+                                            1, log_p_blank, log_p_token, length, last, prefix_hash, parent_hash)
+    totals = np.empty(size)
+    for s in range(size):
+        totals[s] = _log_add(log_p_blank[s], log_p_token[s])
+    ranks = totals + token_penalty * length[:size]
+    order = np.argsort(-ranks, kind="mergesort")
+    tokens = _backtrack(source, emitted, order, length[order])
+    return tokens, length[order], ranks[order], totals[order]
+
+
+@numba.njit(cache=True)
+def _advance_frames(log_probs, beam, blank_id, num_extensions, token_penalty, size,
+                    log_p_blank, log_p_token, length, last, prefix_hash, parent_hash):
+    """Prefix beam search over the frames of ``log_probs`` (T, V), applied to the beam state
+    (updated in place; the streaming search carries it across chunks); returns the new
+    size and per-frame back-pointers: hypothesis s after frame t came from hypothesis
+    source[t, s] of the previous frame and appended emitted[t, s] (or _NO_TOKEN).
+
+    Beam: hypothesis s < size has scores log_p_blank[s], log_p_token[s], the prefix's
+    length, last token (_NO_TOKEN for the empty prefix), hash and its parent's hash.
+    Candidates of a frame: id g < beam stays on hypothesis g; id beam + h * K + k appends
+    the k-th top token to hypothesis h, with log_p_token extension_score[id].
+    """
+    num_frames = log_probs.shape[0]
     source = np.zeros((num_frames, beam), np.int64)
     emitted = np.full((num_frames, beam), _NO_TOKEN, np.int64)
-
     total = np.empty(beam)
     stay_blank = np.empty(beam)
     stay_token = np.empty(beam)
     top_values = np.empty(max(num_extensions, 1))
     top_tokens = np.empty(max(num_extensions, 1), np.int64)
-    # Candidates of a frame: id g < beam stays on hypothesis g; id beam + h * K + k
-    # appends the k-th top token to hypothesis h, with log_p_token extension_score[id].
     extension_score = np.empty(beam * (num_extensions + 1))
     best_rank = np.empty(beam)
     best_candidate = np.empty(beam, np.int64)
@@ -292,7 +309,7 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
             stay_token[g] = _log_add(log_p_token[g], from_parent) + repeat
             rank = _log_add(stay_blank[g], stay_token[g]) + token_penalty * length[g]
             selected = _insert_sorted(rank, g, best_rank, best_candidate, selected)
-        # New prefixes h + c for the top-K tokens c, unless h + c is already in the beam.
+        # New prefixes h + c for the top-K tokens c not already in the beam.
         for h in range(size):
             for k in range(num_top):
                 token = top_tokens[k]
@@ -320,7 +337,6 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
                 new_blank[s], new_token[s] = stay_blank[h], stay_token[h]
                 new_length[s], new_last[s] = length[h], last[h]
                 new_hash[s], new_parent[s] = prefix_hash[h], parent_hash[h]
-                emitted[frame, s] = _NO_TOKEN
             else:
                 h, k = divmod(candidate - beam, num_extensions)
                 token = top_tokens[k]
@@ -334,14 +350,7 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
         log_p_blank[:size], log_p_token[:size] = new_blank[:size], new_token[:size]
         length[:size], last[:size] = new_length[:size], new_last[:size]
         prefix_hash[:size], parent_hash[:size] = new_hash[:size], new_parent[:size]
-
-    totals = np.empty(size)
-    for s in range(size):
-        totals[s] = _log_add(log_p_blank[s], log_p_token[s])
-    ranks = totals + token_penalty * length[:size]
-    order = np.argsort(-ranks, kind="mergesort")
-    tokens = _backtrack(source, emitted, order, length[order])
-    return tokens, length[order], ranks[order], totals[order]
+    return size, source, emitted
 
 
 @numba.njit(cache=True)

@@ -9,10 +9,9 @@ search over the concatenated log-probabilities.
 
 Both are per utterance (the state is model-independent: it only sees (T, V)
 log-probabilities); :meth:`reset` starts a new utterance. The per-frame step of the
-prefix beam search is the one of :func:`asr.search.ctc_prefix_beam_search` (the same
-pruning argument, the same tie order), written here over a state that is passed in and
-out instead of living for one call; token sequences are kept per beam slot and extended
-after each chunk from that chunk's back-pointers.
+prefix beam search is :func:`asr.search.ctc_prefix_beam_search`'s own (``_advance_frames``,
+the same pruning argument and tie order) over a state kept between calls; token sequences
+are kept per beam slot and extended after each chunk from that chunk's back-pointers.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import numba
 import numpy as np
 import torch
 
-from asr.search import _HASH_MULTIPLIER, _NO_TOKEN, Hypothesis, _check_search_options, _insert_sorted, _log_add
+from asr.search import _NO_TOKEN, Hypothesis, _advance_frames, _check_search_options, _log_add
 
 __all__ = ["StreamingGreedySearch", "StreamingPrefixBeamSearch"]
 
@@ -111,96 +110,6 @@ class StreamingPrefixBeamSearch:
 
     def best(self) -> List[int]:
         return self.nbest()[0].tokens
-
-
-@numba.njit(cache=True)
-def _advance_frames(log_probs, beam, blank_id, num_extensions, token_penalty, size,
-                    log_p_blank, log_p_token, length, last, prefix_hash, parent_hash):
-    """The frames of one chunk applied to the beam state (updated in place); returns the
-    new size and per-frame back-pointers (source slot, emitted token or _NO_TOKEN)."""
-    num_frames = log_probs.shape[0]
-    source = np.zeros((num_frames, beam), np.int64)
-    emitted = np.full((num_frames, beam), _NO_TOKEN, np.int64)
-    total = np.empty(beam)
-    stay_blank = np.empty(beam)
-    stay_token = np.empty(beam)
-    top_values = np.empty(max(num_extensions, 1))
-    top_tokens = np.empty(max(num_extensions, 1), np.int64)
-    extension_score = np.empty(beam * (num_extensions + 1))
-    best_rank = np.empty(beam)
-    best_candidate = np.empty(beam, np.int64)
-    new_blank, new_token = np.empty(beam), np.empty(beam)
-    new_length, new_last = np.empty(beam, np.int64), np.empty(beam, np.int64)
-    new_hash, new_parent = np.empty(beam, np.uint64), np.empty(beam, np.uint64)
-
-    for frame in range(num_frames):
-        row = log_probs[frame]
-        num_top = 0
-        threshold = -np.inf
-        for token in range(row.shape[0] if num_extensions > 0 else 0):
-            if row[token] > threshold and token != blank_id:
-                num_top = _insert_sorted(row[token], token, top_values, top_tokens, num_top)
-                if num_top == num_extensions:
-                    threshold = top_values[num_top - 1]
-        for s in range(size):
-            total[s] = _log_add(log_p_blank[s], log_p_token[s])
-        selected = 0
-        # Staying on prefix g (blank, repeat, or its parent extended by last(g)).
-        for g in range(size):
-            from_parent = -np.inf
-            repeat = -np.inf
-            if length[g] > 0:
-                repeat = row[last[g]]
-                for h in range(size):
-                    if prefix_hash[h] == parent_hash[g] and length[h] == length[g] - 1:
-                        from_parent = log_p_blank[h] if last[h] == last[g] else total[h]
-                        break
-            stay_blank[g] = total[g] + row[blank_id]
-            stay_token[g] = _log_add(log_p_token[g], from_parent) + repeat
-            rank = _log_add(stay_blank[g], stay_token[g]) + token_penalty * length[g]
-            selected = _insert_sorted(rank, g, best_rank, best_candidate, selected)
-        # New prefixes h + c for the top-K tokens c not already in the beam.
-        for h in range(size):
-            for k in range(num_top):
-                token = top_tokens[k]
-                extension_hash = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
-                in_beam = False
-                for g in range(size):
-                    in_beam |= prefix_hash[g] == extension_hash and length[g] == length[h] + 1
-                if in_beam:
-                    continue
-                candidate = beam + h * num_extensions + k
-                score = (log_p_blank[h] if token == last[h] else total[h]) + top_values[k]
-                extension_score[candidate] = score
-                rank = score + token_penalty * (length[h] + 1)
-                selected = _insert_sorted(rank, candidate, best_rank, best_candidate, selected)
-
-        if selected == 0:
-            for s in range(size):
-                source[frame, s] = s
-                log_p_blank[s], log_p_token[s] = stay_blank[s], stay_token[s]
-            continue
-        for s in range(selected):
-            candidate = best_candidate[s]
-            if candidate < beam:
-                h = candidate
-                new_blank[s], new_token[s] = stay_blank[h], stay_token[h]
-                new_length[s], new_last[s] = length[h], last[h]
-                new_hash[s], new_parent[s] = prefix_hash[h], parent_hash[h]
-            else:
-                h, k = divmod(candidate - beam, num_extensions)
-                token = top_tokens[k]
-                new_blank[s], new_token[s] = -np.inf, extension_score[candidate]
-                new_length[s], new_last[s] = length[h] + 1, token
-                new_hash[s] = prefix_hash[h] * _HASH_MULTIPLIER + np.uint64(token + 1)
-                new_parent[s] = prefix_hash[h]
-                emitted[frame, s] = token
-            source[frame, s] = h
-        size = selected
-        log_p_blank[:size], log_p_token[:size] = new_blank[:size], new_token[:size]
-        length[:size], last[:size] = new_length[:size], new_last[:size]
-        prefix_hash[:size], parent_hash[:size] = new_hash[:size], new_parent[:size]
-    return size, source, emitted
 
 
 @numba.njit(cache=True)
