@@ -10,7 +10,7 @@ import torch
 
 from .alignment import align
 from .inputs import PreparedBatch, Targets, check_head_inputs, check_options, prepare_batch
-from .vocab_chunks import SelectedLogProbs
+from .vocab_chunks import DEFAULT_PRECISION, Precision, SelectedLogProbs
 
 
 class ExcludedUtteranceWarning(UserWarning):
@@ -99,6 +99,7 @@ def pruned_ctc_loss(
     beam: Optional[float] = 100.0,
     reduction: str = "sum",
     return_stats: bool = False,
+    precision: Precision = DEFAULT_PRECISION,
 ):
     """CTC loss of the head ``encoder_out @ weight.T + bias`` without (N, T, V) logits.
 
@@ -132,7 +133,7 @@ def pruned_ctc_loss(
     with torch.autocast(device_type=device_type, enabled=False):
         frames = pack_frames(encoder_out, batch.frame_counts)
         selected_log_probs = SelectedLogProbs.apply(frames, weight, bias,
-                                                    batch.selected_classes, chunk_size)
+                                                    batch.selected_classes, chunk_size, precision)
         need_grad = torch.is_grad_enabled() and selected_log_probs.requires_grad
         frame_offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
         result = align(selected_log_probs.detach(), frame_offsets, batch.frame_counts,
