@@ -6,7 +6,7 @@ in {0, 1}, ends in {2U-1, 2U} and moves by +0, +1 or +2 (the +2 skip only onto a
 that differs from the label two back). An arc (t, s_{t-1} -> s_t) emits the label of s_t
 at frame t; the first frame's arcs leave a virtual start that sits in state 0.
 
-Finite beam (paper Sec. 3.3, App. C.3, the semantics of k2's dense intersection with
+Finite beam (paper Sec. 3.3, App. B.3, the semantics of k2's dense intersection with
 ``output_beam``): an arc is kept when the best complete alignment through it scores
 within ``beam`` of the best alignment, i.e. F[t-1, s'] + e[t, s] + B[t, s] >= best - beam
 with max-semiring forward scores F and backward scores B. The loss is minus the

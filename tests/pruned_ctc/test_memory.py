@@ -28,3 +28,22 @@ def test_forward_holds_one_block_of_logits_at_a_time():
     # Besides the block: (M, K) and (M,) vectors and the DP on 5 states, well under a
     # quarter of a block here; a second live block would double the peak.
     assert peak < 1.25 * block_bytes, f"peak {peak / 2**20:.1f} MiB, block {block_bytes / 2**20:.1f} MiB"
+
+
+def test_forward_and_backward_of_sum_hold_the_gradients_and_one_block():
+    encoder_out, weight, bias, targets, lengths = make_inputs()
+    chunk_size = 4096
+    block_bytes = encoder_out.shape[0] * encoder_out.shape[1] * chunk_size * 4
+    tensors = [t.clone().requires_grad_(True) for t in (encoder_out, weight, bias)]
+    gradient_bytes = sum(t.numel() * 4 for t in tensors)
+
+    def step():
+        pruned_ctc_loss(*tensors, targets, lengths, target_lengths=torch.full((20,), 2),
+                        chunk_size=chunk_size).backward()
+
+    peak = peak_allocated_bytes(step)
+    # The gradients are handed to autograd without a copy; besides them one (r, V) block
+    # of about M C values and vectors (M, K) and (M,).
+    assert peak < gradient_bytes + 1.15 * block_bytes, (
+        f"peak {peak / 2**20:.1f} MiB, gradients {gradient_bytes / 2**20:.1f} MiB, "
+        f"block {block_bytes / 2**20:.1f} MiB")
