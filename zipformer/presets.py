@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
+from pruned_ctc import DEFAULT_BEAM, DEFAULT_CHUNK_SIZE
+
 PER_STACK_FIELDS = (
     "num_encoder_layers", "downsampling_factor", "feedforward_dim", "num_heads",
     "encoder_dim", "encoder_unmasked_dim", "cnn_module_kernel",
@@ -58,8 +60,8 @@ class ZipformerConfig:
     blank_id: int = 0
     head_dropout: float = 0.1
     loss: str = "pruned"
-    chunk_size: int = 4096
-    beam: Optional[float] = 100.0  # alignment beam; None keeps every alignment
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    beam: Optional[float] = DEFAULT_BEAM  # alignment beam; None keeps every alignment
 
     def __post_init__(self) -> None:
         for name in PER_STACK_FIELDS + ("subsampling_channels",):
