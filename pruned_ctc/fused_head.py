@@ -40,13 +40,14 @@ class FusedPass:
     """What one pass over the row blocks produced.
 
     selected_log_probs: (M, K) S in the compute dtype.
-    selected_probs: (M, K) p at the selected columns (exp(S) when reused).
+    selected_probs: (M, K) p at the selected columns, or None when they are exp(S)
+        (reused, Table 6).
     grad_frames (M, D), grad_weight (V, D), grad_bias (V,): the dense term of eq. 9 on
         the columns outside U, each None when not needed.
     """
 
     selected_log_probs: torch.Tensor
-    selected_probs: torch.Tensor
+    selected_probs: Optional[torch.Tensor]
     grad_frames: Optional[torch.Tensor]
     grad_weight: Optional[torch.Tensor]
     grad_bias: Optional[torch.Tensor]
@@ -65,7 +66,8 @@ def fused_pass(frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
     num_selected = selected_classes.numel()
     normalizer_dtype = torch.float64 if precision.float64_normalizer else frames.dtype
     selected_log_probs = frames.new_empty(num_frames, num_selected)
-    selected_probs = frames.new_empty(num_frames, num_selected)
+    selected_probs = None if precision.reuse_selected else frames.new_empty(num_frames,
+                                                                             num_selected)
     grad_frames = frames.new_empty(num_frames, dim) if need_frames else None
     grad_weight = torch.empty_like(weight) if need_weight else None
     grad_bias = torch.empty_like(bias) if need_bias else None
@@ -83,12 +85,10 @@ def fused_pass(frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                            ).to(frames.dtype)
         selected_log_probs[start:stop] = block_log_probs
         inverse_total = torch.where(total > 0, total.reciprocal(), torch.zeros_like(total))
-        if precision.reuse_selected:
-            selected_probs[start:stop] = block_log_probs.exp()
-        else:
-            torch.mul(logits.index_select(1, selected_classes),
-                      inverse_total.to(frames.dtype).unsqueeze(1),
-                      out=selected_probs[start:stop])
+        if selected_probs is not None:
+            # Table 6's "recomputed": from the logits with the normalizer in the compute dtype.
+            torch.sub(selected_logits, normalizer.to(frames.dtype).unsqueeze(1),
+                      out=selected_probs[start:stop]).exp_()
         # w p_v on the columns outside U; U's columns are added after the DP.
         logits.index_fill_(1, selected_classes, 0.0)
         scale = (inverse_total * row_weights[start:stop].to(normalizer_dtype)).to(frames.dtype)
@@ -111,11 +111,24 @@ def fused_pass(frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
 def add_selected_term(dense: FusedPass, frames: torch.Tensor, weight: torch.Tensor,
                       selected_classes: torch.Tensor, row_weights: torch.Tensor,
                       occupancy: torch.Tensor) -> None:
-    """Adds w (p_U - gamma) on the K selected columns (eq. 9) to the pass's gradients."""
-    selected_grad = (dense.selected_probs - occupancy).mul_(row_weights.unsqueeze(1))
+    """Adds w (p_U - gamma) on the K selected columns (eq. 9) to the pass's gradients.
+
+    p_U and gamma (FP64 from the DP) nearly cancel on a trained model: their difference is
+    formed in FP64 and rounded once, like S (App. B.2); an (M, K) cost."""
+    if dense.selected_probs is None:
+        probabilities = dense.selected_log_probs.to(torch.float64).exp_()
+    else:
+        probabilities = dense.selected_probs.to(torch.float64)
+    row_weights64 = row_weights.to(torch.float64).unsqueeze(1)
+    # Rows of weight 0 (excluded utterances) may hold nonfinite S: exactly 0, not 0 * nan.
+    selected_grad64 = torch.where(row_weights64 != 0,
+                                  probabilities.sub_(occupancy).mul_(row_weights64), 0.0)
+    selected_grad = selected_grad64.to(frames.dtype)
     if dense.grad_frames is not None:
         dense.grad_frames.addmm_(selected_grad, weight.index_select(0, selected_classes))
     if dense.grad_weight is not None:
         dense.grad_weight.index_add_(0, selected_classes, selected_grad.t() @ frames)
     if dense.grad_bias is not None:
-        dense.grad_bias.index_add_(0, selected_classes, selected_grad.sum(dim=0))
+        # The sum over M rows of a nearly cancelling difference: in FP64 too.
+        column_sums = selected_grad64.sum(dim=0).to(frames.dtype)
+        dense.grad_bias.index_add_(0, selected_classes, column_sums)

@@ -104,14 +104,14 @@ def _loss_and_gradients(frames, weight, bias, problem: FusedProblem, needs):
     frame_offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
     result = align(selected_log_probs, frame_offsets, batch.frame_counts,
                    batch.relabeled_targets, batch.target_lengths, batch.alignable,
-                   problem.beam, True)
+                   problem.beam, True, occupancy_dtype=torch.float64)
     problem.result = result
     if bool((result.excluded != excluded).any()):
         # The DP excluded utterances the pass weighted: redo the pass without them (exact).
         dense = None
         row_weights, dense = weighted_pass(result.excluded)
     add_selected_term(dense, frames_c, weight, batch.selected_classes, row_weights,
-                      result.occupancy.to(compute_dtype))
+                      result.occupancy)
     losses = result.losses.to(compute_dtype)
     loss = reduce_losses(losses, batch, result.excluded, problem.reduction)
     return loss, (dense.grad_frames, dense.grad_weight, dense.grad_bias)

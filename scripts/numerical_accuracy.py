@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Numerical accuracy of Pruned CTC against a dense FP64 reference (paper App. B.2).
 
-Two analyses, both written as CSV and Markdown under ``--output-dir``:
+Two analyses (``--analyses``), each written as CSV and Markdown under ``--output-dir``:
 
 1. ``precision`` (Table 6): the gradient error of the selected classes' weight and bias
    rows for the precision choices {FP32, FP64 normalization} x {recomputed, reused
@@ -17,7 +17,9 @@ vocabulary, a group of utterances at a time to bound memory. Both sides keep eve
 alignment (beam None) to isolate the class-axis arithmetic. Relative error = Frobenius
 norm of the difference over the reference's norm.
 
-    python scripts/numerical_accuracy.py --output-dir benchmarks/numerical_accuracy
+    python scripts/numerical_accuracy.py --analyses precision --seeds 0 1 2 3 4 \\
+        --output-dir benchmarks/numerical_accuracy
+    python scripts/numerical_accuracy.py --analyses grid --output-dir benchmarks/numerical_accuracy
 """
 
 from __future__ import annotations
@@ -158,31 +160,14 @@ def accuracy_grid(args) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_grid_arguments(parser)
-    parser.add_argument("--precision-vocab", type=int, default=500)
-    parser.add_argument("--precision-frames", type=int, default=4000)
-    parser.add_argument("--dim", type=int, default=512)
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
-    parser.add_argument("--bias-scales", type=float, nargs="+", default=[0.0, 0.1, 0.5],
-                        help="standard deviations of the precision table's head bias")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/numerical_accuracy"))
-    args = parser.parse_args()
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-
-    precision_rows = precision_table(args)
-    grid_rows = accuracy_grid(args)
-    write_csv(precision_rows, args.output_dir / "precision_table.csv")
-    write_csv(grid_rows, args.output_dir / "accuracy_grid.csv")
-
-    lines = ["# Numerical accuracy against a dense FP64 reference", ""] + provenance_lines("cpu")
-    lines += ["", f"## Precision choices (Table 6), V = {args.precision_vocab}, "
-              f"M = {args.precision_frames}, D = {args.dim}, seeds {args.seeds}", "",
-              "Gradient error of the selected classes relative to the first row's on the same "
-              "batch, min and max over seeds, gradients of reduction \"sum\" (the FP64-product "
-              "row takes the deferred schedule). Bias entries N(0, s^2).", ""]
+def write_precision_table(args, precision_rows: list[dict]) -> None:
+    lines = ["# Precision choices against a dense FP64 reference (Table 6, App. B.2)", ""]
+    lines += provenance_lines("cpu")
+    lines += ["", f"V = {args.precision_vocab}, M = {args.precision_frames}, D = {args.dim}, "
+              f"seeds {args.seeds}: trained-like batches (posteriors that agree with the "
+              "targets). Gradient error of the selected classes relative to the first row's "
+              "on the same batch, min and max over seeds, gradients of reduction \"sum\" (the "
+              "FP64-product row takes the deferred schedule). Bias entries N(0, s^2).", ""]
     for bias_scale in args.bias_scales:
         lines += [f"Bias scale s = {bias_scale}:", "",
                   "| normalization | selected log-probs | gradient products | weight ratio | "
@@ -198,8 +183,16 @@ def main() -> None:
                          f"[{weights[0]:.3f}, {weights[-1]:.3f}] | "
                          f"[{biases[0]:.3f}, {biases[-1]:.3f}] | {paper} |")
         lines.append("")
-    lines += ["", f"## Errors across V and M (chunk {args.chunk_size}, beam None, "
-              "default precision): maximum over seeds", "",
+    write_csv(precision_rows, args.output_dir / "precision_table.csv")
+    write_text("\n".join(lines), args.output_dir / "precision_table.md")
+    print(f"wrote {args.output_dir}/precision_table.md")
+
+
+def write_accuracy_grid(args, grid_rows: list[dict]) -> None:
+    lines = ["# Errors against a dense FP64 reference across V and M (Fig. 4, App. B.2)", ""]
+    lines += provenance_lines("cpu")
+    lines += ["", f"Chunk {args.chunk_size}, beam None, default precision, randomly "
+              "initialized heads: maximum over seeds.", "",
               "| M | V | loss | head-input gradient | selected weight gradient |",
               "|---|---|---|---|---|"]
     for frames in args.frames:
@@ -211,8 +204,31 @@ def main() -> None:
                 f"{max(float(r['loss_error']) for r in chosen):.2e} | "
                 f"{max(float(r['input_grad_error']) for r in chosen):.2e} | "
                 f"{max(float(r['selected_weight_grad_error']) for r in chosen):.2e} |")
-    write_text("\n".join(lines) + "\n", args.output_dir / "results.md")
-    print(f"wrote {args.output_dir}/results.md")
+    write_csv(grid_rows, args.output_dir / "accuracy_grid.csv")
+    write_text("\n".join(lines) + "\n", args.output_dir / "accuracy_grid.md")
+    print(f"wrote {args.output_dir}/accuracy_grid.md")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_grid_arguments(parser)
+    parser.add_argument("--analyses", nargs="+", choices=["precision", "grid"],
+                        default=["precision", "grid"],
+                        help="which to run; each writes its own CSV and Markdown file")
+    parser.add_argument("--precision-vocab", type=int, default=500)
+    parser.add_argument("--precision-frames", type=int, default=4000)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    parser.add_argument("--bias-scales", type=float, nargs="+", default=[0.0, 0.1, 0.5],
+                        help="standard deviations of the precision table's head bias")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/numerical_accuracy"))
+    args = parser.parse_args()
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    if "precision" in args.analyses:
+        write_precision_table(args, precision_table(args))
+    if "grid" in args.analyses:
+        write_accuracy_grid(args, accuracy_grid(args))
 
 
 if __name__ == "__main__":
