@@ -172,6 +172,52 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
                 extrapolated=False)
 
 
+def run_interleaved(methods: list[str], vocab_size: int, num_frames: int, dim: int,
+                    chunk_size: int, device: str, rounds: int, frozen_head: bool = False) -> dict:
+    """Times the methods alternately on the same inputs in one process, ``rounds`` times
+    after one warm-up each: a change of load hits them alike. Returns the median time of
+    each method and the median over rounds of each method's time over standard CTC's."""
+    from pruned_ctc import DEFAULT_BEAM, pruned_ctc_loss, standard_ctc_loss
+
+    encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
+        vocab_size, num_frames, dim, device)
+    weight.requires_grad_(not frozen_head)
+    bias.requires_grad_(True)
+    encoder_out.requires_grad_(True)
+    functions = {"standard": (standard_ctc_loss, {}),
+                 "unpruned": (pruned_ctc_loss, dict(chunk_size=chunk_size, beam=None)),
+                 "pruned": (pruned_ctc_loss, dict(chunk_size=chunk_size, beam=DEFAULT_BEAM))}
+
+    def step(method: str) -> float:
+        loss_function, options = functions[method]
+        for tensor in (encoder_out, weight, bias):
+            tensor.grad = None
+        synchronize(device)
+        start = time.perf_counter()
+        loss_function(encoder_out, weight, bias, targets, frame_counts,
+                      target_lengths=target_lengths, **options).backward()
+        synchronize(device)
+        return time.perf_counter() - start
+
+    for method in methods:
+        step(method)
+    times = {method: [] for method in methods}
+    loads = [os.getloadavg()[0]]
+    for _ in range(rounds):
+        for method in methods:
+            times[method].append(step(method))
+        loads.append(os.getloadavg()[0])
+    row = dict(vocab_size=vocab_size, frames=num_frames, dim=dim, frozen_head=frozen_head,
+               rounds=rounds, load_min=min(loads), load_max=max(loads))
+    for method in methods:
+        row[f"{method}_s"] = statistics.median(times[method])
+        row[f"{method}_times_s"] = " ".join(f"{t:.3f}" for t in times[method])
+        if method != "standard" and "standard" in methods:
+            row[f"{method}_over_standard"] = statistics.median(
+                a / b for a, b in zip(times[method], times["standard"]))
+    return row
+
+
 def run_dp(num_frames: int, vocab_size: int, device: str, runs: int) -> dict:
     """The finite-beam DP vs torch's native CTC on the same reduced (M, K) input."""
     from pruned_ctc import DEFAULT_BEAM, ReducedBatch, alignment_loss, reduce_vocabulary
@@ -261,7 +307,11 @@ def parse_args():
                         help="emulate a smaller device: cap each configuration's process at "
                         "N MB (CPU: address space, including ~0.6 GB for Python and torch; "
                         "CUDA: per-process memory fraction); failures are marked OOM")
+    parser.add_argument("--interleave-rounds", type=int, default=0,
+                        help="also time the methods alternately in one fresh process per "
+                        "(V, M), this many rounds (the fairest time ratio on a shared machine)")
     parser.add_argument("--single", help=argparse.SUPPRESS)
+    parser.add_argument("--interleaved", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
@@ -300,6 +350,12 @@ def main() -> None:
                                 args.chunk_size, args.device, args.warmup, args.runs,
                                 args.frozen_head))
         return
+    if args.interleaved:
+        vocab_size, frames = args.interleaved.split(",")
+        print_result(run_interleaved(args.methods, int(vocab_size), int(frames), args.dim,
+                                     args.chunk_size, args.device, args.interleave_rounds,
+                                     args.frozen_head))
+        return
 
     # Methods innermost: each V's methods run back to back, under about the same load.
     configurations = [] if args.only_dp else [
@@ -328,13 +384,27 @@ def main() -> None:
               f"({row['activation_mb']:.0f} MB activation-only), load "
               f"{row['load_start']:.1f}-{row['load_end']:.1f} "
               f"(elapsed {elapsed:.0f} s, ETA {eta:.0f} s)", flush=True)
+    interleaved_rows = []
+    for frames, vocab_size in ([] if args.only_dp or not args.interleave_rounds else
+                               [(f, v) for f in args.frames for v in args.vocab_sizes]):
+        arguments = child_arguments(args, "-", vocab_size, frames)
+        arguments[1:3] = ["--interleaved", f"{vocab_size},{frames}"]
+        arguments += ["--methods", *args.methods, "--interleave-rounds",
+                      str(args.interleave_rounds)]
+        row, completed = run_fresh(arguments, FIXED_MMAP_THRESHOLD)
+        if row is None:
+            print(f"interleaved V={vocab_size} M={frames}: "
+                  f"{failure_reason(completed.returncode, completed.stderr)[1]}", flush=True)
+            continue
+        interleaved_rows.append(row)
+        print(f"interleaved V={vocab_size} M={frames}: {row}", flush=True)
     dp_rows = []
     if args.dp or args.only_dp:
         for frames in args.frames:
             dp_rows.append(run_dp(frames, DP_VOCAB_SIZE, args.device, args.dp_runs))
             print(f"DP M={frames}: {dp_rows[-1]}", flush=True)
     extrapolate_oom_rows(rows)
-    write_outputs(rows, dp_rows, args, FIT_POINTS)
+    write_outputs(rows, dp_rows, args, FIT_POINTS, interleaved_rows)
     print(f"wrote {args.output_dir}/results_{args.device}.md")
 
 

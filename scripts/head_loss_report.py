@@ -150,10 +150,31 @@ def grid_section(rows: list[dict], dp_rows: list[dict], fit_points: int) -> list
     return lines
 
 
-def write_outputs(rows: list[dict], dp_rows: list[dict], args, fit_points: int) -> None:
+def interleaved_section(rows: list[dict]) -> list[str]:
+    methods = [m for m in METHOD_ORDER if f"{m}_s" in rows[0]]
+    others = [m for m in methods if m != "standard"]
+    lines = ["", "## Times interleaved in one process", "",
+             f"Each round runs every method once on the same inputs, {rows[0]['rounds']} "
+             "rounds after one warm-up each, so that a change of load hits the methods alike. "
+             "Medians of the times and of the per-round ratios.", "",
+             "| M | V | D | head | " + " | ".join(f"{m} (s)" for m in methods) + " | "
+             + " | ".join(f"{m} / standard" for m in others) + " | 1-min load |",
+             "|---|---|---|---|" + "---|" * (len(methods) + len(others) + 1)]
+    for r in rows:
+        lines.append(f"| {r['frames']} | {r['vocab_size']} | {r['dim']} | "
+                     f"{'frozen' if r['frozen_head'] else 'trained'} | "
+                     + " | ".join(f"{r[m + '_s']:.3f}" for m in methods) + " | "
+                     + " | ".join(f"{r[m + '_over_standard']:.2f}" for m in others)
+                     + f" | {r['load_min']:.1f}-{r['load_max']:.1f} |")
+    return lines
+
+
+def write_outputs(rows: list[dict], dp_rows: list[dict], args, fit_points: int,
+                  interleaved_rows: list[dict] = ()) -> None:
     output_dir, device = args.output_dir, args.device
     output_dir.mkdir(parents=True, exist_ok=True)
-    for name, table in (("head_loss", rows), ("dp", dp_rows)):
+    for name, table in (("head_loss", rows), ("dp", dp_rows),
+                        ("interleaved", list(interleaved_rows))):
         if table:
             write_csv(table, output_dir / f"{name}_{device}.csv")
     results = output_dir / f"results_{device}.md"
@@ -166,6 +187,8 @@ def write_outputs(rows: list[dict], dp_rows: list[dict], args, fit_points: int) 
     lines += provenance_lines(device) + [""]
     if rows:
         lines += grid_section(rows, dp_rows, fit_points)
+    if interleaved_rows and "standard_s" in interleaved_rows[0]:
+        lines += interleaved_section(list(interleaved_rows))
     if dp_rows:
         lines += dp_section(dp_rows, device, False)
     write_text("\n".join(lines) + "\n", results)
