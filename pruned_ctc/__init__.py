@@ -1,13 +1,25 @@
 """Pruned CTC: exact vocabulary reduction with full-vocabulary normalization, chunked
 recomputation and finite-beam alignment pruning, in pure PyTorch (no k2)."""
 
-from .loss import ExcludedUtteranceWarning, LossStats, PrunedCTCLoss, pruned_ctc_loss
+from .inputs import DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, PreparedBatch
+from .loss import PrunedCTCLoss, pruned_ctc_loss
+from .results import ExcludedUtteranceWarning, LossStats
 from .standard import standard_ctc_loss
+from .two_stage import ReducedBatch, alignment_loss, reduce_vocabulary
+from .vocab_chunks import DEFAULT_PRECISION, Precision
 
 __all__ = [
     "pruned_ctc_loss",
     "PrunedCTCLoss",
     "standard_ctc_loss",
+    "reduce_vocabulary",
+    "alignment_loss",
+    "ReducedBatch",
+    "PreparedBatch",
+    "Precision",
+    "DEFAULT_PRECISION",
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_BEAM",
     "LossStats",
     "ExcludedUtteranceWarning",
 ]

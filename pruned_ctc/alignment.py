@@ -6,7 +6,7 @@ in {0, 1}, ends in {2U-1, 2U} and moves by +0, +1 or +2 (the +2 skip only onto a
 that differs from the label two back). An arc (t, s_{t-1} -> s_t) emits the label of s_t
 at frame t; the first frame's arcs leave a virtual start that sits in state 0.
 
-Finite beam (paper Sec. 3.3, App. C.3, the semantics of k2's dense intersection with
+Finite beam (paper Sec. 3.3, App. B.3, the semantics of k2's dense intersection with
 ``output_beam``): an arc is kept when the best complete alignment through it scores
 within ``beam`` of the best alignment, i.e. F[t-1, s'] + e[t, s] + B[t, s] >= best - beam
 with max-semiring forward scores F and backward scores B. The loss is minus the
@@ -280,15 +280,19 @@ def align(
     beam: Optional[float],
     need_occupancy: bool,
     force_log_domain: bool = False,
+    occupancy_dtype: Optional[torch.dtype] = None,
 ) -> AlignmentResult:
-    """Per-utterance retained losses and (optionally) occupancies from S (M, K)."""
+    """Per-utterance retained losses and (optionally) occupancies from S (M, K), the
+    latter in ``occupancy_dtype`` (default: S's)."""
     with _one_cpu_thread(selected_log_probs.device):
         return _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
-                      target_lengths, alignable, beam, need_occupancy, force_log_domain)
+                      target_lengths, alignable, beam, need_occupancy, force_log_domain,
+                      occupancy_dtype or selected_log_probs.dtype)
 
 
 def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
-           target_lengths, alignable, beam, need_occupancy, force_log_domain):
+           target_lengths, alignable, beam, need_occupancy, force_log_domain,
+           occupancy_dtype):
     num_utterances = frame_counts.numel()
     original = slice(0, num_utterances)
     lattice = build_lattice_and_reversal(selected_log_probs, frame_offsets, frame_counts,
@@ -354,9 +358,9 @@ def _align(selected_log_probs, frame_offsets, frame_counts, relabeled_targets,
         # excluded utterances add zeros.
         num_classes = selected_log_probs.shape[1]
         index = lattice.rows[:, original].unsqueeze(2) * num_classes + lattice.labels[original]
-        occupancy = torch.zeros(selected_log_probs.shape, dtype=selected_log_probs.dtype,
+        occupancy = torch.zeros(selected_log_probs.shape, dtype=occupancy_dtype,
                                 device=selected_log_probs.device)
         occupancy.view(-1).scatter_add_(0, index.view(-1),
-                                        state_occupancy.to(selected_log_probs.dtype).view(-1))
+                                        state_occupancy.to(occupancy_dtype).view(-1))
     return AlignmentResult(losses, occupancy, excluded, empty_lattice, nonfinite,
                            used_log_domain=semiring is LOG_SUM)

@@ -3,7 +3,7 @@
 Turns the user's arguments into a :class:`PreparedBatch`: frame counts, targets in one
 flat tensor, the selected classes U (blank first, then the sorted distinct labels of the
 batch, paper Alg. 1 lines 2-3), targets relabeled into [0, K), and which utterances are
-structurally alignable (T_n >= |y_n| + r_n, paper App. C.1).
+structurally alignable (T_n >= |y_n| + r_n, paper App. B.1).
 """
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ from typing import Optional, Sequence, Union
 import torch
 
 Targets = Union[torch.Tensor, Sequence[Sequence[int]]]
+
+# The paper's chunk width C (Sec. 3.2) and alignment beam (Sec. 3.3), the defaults of
+# every public call.
+DEFAULT_CHUNK_SIZE = 4096
+DEFAULT_BEAM = 100.0
 
 SUPPORTED_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -90,21 +95,29 @@ def check_head_inputs(
             )
 
 
-def check_options(chunk_size: int, beam: Optional[float], blank_id: int, vocab_size: int,
-                  reduction: str) -> None:
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+def check_beam(beam: Optional[float]) -> None:
     if beam is not None:
         if isinstance(beam, bool) or not isinstance(beam, (int, float)):
             raise TypeError(f"beam must be a positive float or None, got {beam!r}")
         if not math.isfinite(beam) or beam <= 0:
             raise ValueError(f"beam must be a positive finite float or None, got {beam!r}")
+
+
+def check_reduction(reduction: str) -> None:
+    if reduction not in ("sum", "mean", "none"):
+        raise ValueError(f'reduction must be "sum", "mean" or "none", got {reduction!r}')
+
+
+def check_options(chunk_size: int, beam: Optional[float], blank_id: int, vocab_size: int,
+                  reduction: str) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    check_beam(beam)
     if isinstance(blank_id, bool) or not isinstance(blank_id, int):
         raise TypeError(f"blank_id must be an int, got {blank_id!r}")
     if not 0 <= blank_id < vocab_size:
         raise ValueError(f"blank_id must be in [0, V) = [0, {vocab_size}), got {blank_id}")
-    if reduction not in ("sum", "mean", "none"):
-        raise ValueError(f'reduction must be "sum", "mean" or "none", got {reduction!r}')
+    check_reduction(reduction)
 
 
 def _as_lengths(name: str, value, device: torch.device) -> torch.Tensor:
@@ -200,7 +213,7 @@ def flatten_targets(
 
 
 def count_repeats(flat_targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
-    """r_n: the number of adjacent equal label pairs inside each target (App. C.1)."""
+    """r_n: the number of adjacent equal label pairs inside each target (App. B.1)."""
     num_utterances = target_lengths.numel()
     repeats = torch.zeros(num_utterances, dtype=torch.int64, device=target_lengths.device)
     if flat_targets.numel() < 2:

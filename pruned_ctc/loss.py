@@ -2,88 +2,16 @@
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from .alignment import align
-from .inputs import PreparedBatch, Targets, check_head_inputs, check_options, prepare_batch
-from .vocab_chunks import SelectedLogProbs
-
-
-class ExcludedUtteranceWarning(UserWarning):
-    """Some utterances of a call contributed zero loss and zero gradient."""
-
-
-@dataclass
-class LossStats:
-    """What a call computed and which utterances it left out (and why).
-
-    excluded: (N,) bool; an excluded utterance has zero loss and exactly zero gradient.
-    """
-
-    num_utterances: int
-    num_selected_classes: int
-    num_not_alignable: int
-    num_empty_lattice: int
-    num_nonfinite: int
-    excluded: torch.Tensor
-
-    @property
-    def num_excluded(self) -> int:
-        return self.num_not_alignable + self.num_empty_lattice + self.num_nonfinite
-
-
-def warn_if_excluded(stats: LossStats, caller: str) -> None:
-    if stats.num_excluded:
-        warnings.warn(
-            f"{caller}: {stats.num_excluded} of {stats.num_utterances} utterances contribute "
-            f"zero loss and zero gradient (not alignable, T_n < |y_n| + repeats: "
-            f"{stats.num_not_alignable}; empty retained lattice: {stats.num_empty_lattice}; "
-            f"nonfinite loss: {stats.num_nonfinite})",
-            ExcludedUtteranceWarning,
-            stacklevel=3,
-        )
-
-
-def pack_frames(encoder_out: torch.Tensor, frame_counts: torch.Tensor) -> torch.Tensor:
-    """(N, T, D) padded -> (M, D), the valid frames utterance after utterance."""
-    num_utterances, max_frames, dim = encoder_out.shape
-    if bool((frame_counts == max_frames).all()):
-        return encoder_out.reshape(num_utterances * max_frames, dim)
-    valid = torch.arange(max_frames, device=encoder_out.device).unsqueeze(0) < frame_counts.unsqueeze(1)
-    return encoder_out[valid]
-
-
-def reduce_losses(losses: torch.Tensor, batch: PreparedBatch, excluded: torch.Tensor,
-                  reduction: str) -> torch.Tensor:
-    """"sum"; "mean": divided by the number of target tokens of the contributing
-    utterances (at least 1); "none": the (N,) vector."""
-    if reduction == "none":
-        return losses
-    total = losses.sum()
-    if reduction == "mean":
-        tokens = batch.target_lengths.masked_fill(excluded, 0).sum().clamp(min=1)
-        total = total / tokens.to(total.dtype)
-    return total
-
-
-class _RetainedAlignmentLoss(torch.autograd.Function):
-    """Per-utterance losses as a function of S; dL/dS = -occupancy (scaled per utterance)."""
-
-    @staticmethod
-    def forward(ctx, selected_log_probs, losses, occupancy, utterance_of_frame):
-        ctx.save_for_backward(occupancy, utterance_of_frame)
-        return losses.to(selected_log_probs.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_losses):
-        occupancy, utterance_of_frame = ctx.saved_tensors
-        frame_weights = grad_losses.to(occupancy.dtype)[utterance_of_frame].unsqueeze(1)
-        grad_selected = -(occupancy * frame_weights)
-        return grad_selected, None, None, None
+from .fused_loss import FusedPrunedCTC, FusedProblem, fused_schedule_applies
+from .inputs import (DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, Targets, check_head_inputs,
+                     check_options, prepare_batch)
+from .results import LossStats, alignment_stats, pack_frames, warn_if_excluded
+from .two_stage import alignment_loss, reduce_vocabulary
+from .vocab_chunks import DEFAULT_PRECISION, Precision
 
 
 def pruned_ctc_loss(
@@ -95,10 +23,11 @@ def pruned_ctc_loss(
     *,
     target_lengths=None,
     blank_id: int = 0,
-    chunk_size: int = 4096,
-    beam: Optional[float] = 100.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    beam: Optional[float] = DEFAULT_BEAM,
     reduction: str = "sum",
     return_stats: bool = False,
+    precision: Precision = DEFAULT_PRECISION,
 ):
     """CTC loss of the head ``encoder_out @ weight.T + bias`` without (N, T, V) logits.
 
@@ -111,51 +40,48 @@ def pruned_ctc_loss(
         encoder_out_lens: (N,) integers in [1, T], the valid frames T_n.
         target_lengths: (N,) integers, only with tensor targets.
         blank_id: the blank class in [0, V).
-        chunk_size: vocabulary columns projected at a time (paper's C).
+        chunk_size: the paper's C: vocabulary columns projected at a time, or with a scalar
+            reduction, rows per block such that a block holds about M C values.
         beam: alignment beam (Sec. 3.3); None keeps every alignment (unpruned reduced
             CTC, exact).
         reduction: "sum", "mean" (divided by the target tokens of the contributing
             utterances) or "none" (per-utterance vector).
         return_stats: also return a :class:`LossStats`.
+        precision: the precision choices of App. B.2 (Table 6); the default is the
+            paper's choice.
 
     Products run in FP32 (FP64 for FP64 inputs) whatever autocast region is active; the
     normalizer and the alignment recurrences in FP64. Gradients come back in the inputs'
     dtypes. Utterances that cannot be aligned (T_n < |y_n| + r_n), whose retained lattice
     is empty or whose loss is nonfinite contribute zero loss and zero gradient, with one
     :class:`ExcludedUtteranceWarning` per call.
+
+    Schedules: with reduction "sum" or "mean", gradients enabled and a weight in the
+    compute dtype, the gradient is formed during the forward pass in three products of
+    the head (two with a frozen weight), and ``backward`` can run once per call; otherwise
+    the normalizer pass is one product and the backward recomputes the logits.
     """
     check_head_inputs(encoder_out, weight, bias)
     check_options(chunk_size, beam, blank_id, weight.shape[0], reduction)
+    beam = None if beam is None else float(beam)
+    needs_gradient = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (encoder_out, weight, bias))
+    if not (needs_gradient and fused_schedule_applies(weight, encoder_out, reduction,
+                                                      precision)):
+        reduced = reduce_vocabulary(encoder_out, weight, bias, targets, encoder_out_lens,
+                                    target_lengths=target_lengths, blank_id=blank_id,
+                                    chunk_size=chunk_size, precision=precision)
+        return alignment_loss(reduced, beam=beam, reduction=reduction,
+                              return_stats=return_stats, caller="pruned_ctc_loss")
+
     batch = prepare_batch(encoder_out, weight.shape[0], targets, encoder_out_lens,
                           target_lengths, blank_id)
-    device_type = encoder_out.device.type
-    with torch.autocast(device_type=device_type, enabled=False):
+    problem = FusedProblem(batch, beam, reduction, precision, chunk_size)
+    with torch.autocast(device_type=encoder_out.device.type, enabled=False):
         frames = pack_frames(encoder_out, batch.frame_counts)
-        selected_log_probs = SelectedLogProbs.apply(frames, weight, bias,
-                                                    batch.selected_classes, chunk_size)
-        need_grad = torch.is_grad_enabled() and selected_log_probs.requires_grad
-        frame_offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
-        result = align(selected_log_probs.detach(), frame_offsets, batch.frame_counts,
-                       batch.relabeled_targets, batch.target_lengths, batch.alignable,
-                       None if beam is None else float(beam), need_grad)
-        if need_grad:
-            utterance_of_frame = torch.repeat_interleave(
-                torch.arange(batch.num_utterances, device=frames.device), batch.frame_counts)
-            occupancy = result.occupancy.to(selected_log_probs.dtype)
-            losses = _RetainedAlignmentLoss.apply(selected_log_probs, result.losses,
-                                                  occupancy, utterance_of_frame)
-        else:
-            losses = result.losses.to(selected_log_probs.dtype)
-        loss = reduce_losses(losses, batch, result.excluded, reduction)
-
-    stats = LossStats(
-        num_utterances=batch.num_utterances,
-        num_selected_classes=int(batch.selected_classes.numel()),
-        num_not_alignable=int((~batch.alignable).sum()),
-        num_empty_lattice=int(result.empty_lattice.sum()),
-        num_nonfinite=int(result.nonfinite.sum()),
-        excluded=result.excluded,
-    )
+        loss = FusedPrunedCTC.apply(frames, weight, bias, problem)
+    result = problem.result
+    stats = alignment_stats(batch, result.empty_lattice, result.nonfinite, result.excluded)
     warn_if_excluded(stats, "pruned_ctc_loss")
     return (loss, stats) if return_stats else loss
 
@@ -164,13 +90,15 @@ class PrunedCTCLoss(torch.nn.Module):
     """:func:`pruned_ctc_loss` with its options held; ``last_stats`` keeps the latest
     call's :class:`LossStats`."""
 
-    def __init__(self, blank_id: int = 0, chunk_size: int = 4096,
-                 beam: Optional[float] = 100.0, reduction: str = "sum") -> None:
+    def __init__(self, blank_id: int = 0, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 beam: Optional[float] = DEFAULT_BEAM, reduction: str = "sum",
+                 precision: Precision = DEFAULT_PRECISION) -> None:
         super().__init__()
         self.blank_id = blank_id
         self.chunk_size = chunk_size
         self.beam = beam
         self.reduction = reduction
+        self.precision = precision
         self.last_stats: Optional[LossStats] = None
 
     def forward(self, encoder_out, weight, bias, targets, encoder_out_lens,
@@ -179,7 +107,7 @@ class PrunedCTCLoss(torch.nn.Module):
             encoder_out, weight, bias, targets, encoder_out_lens,
             target_lengths=target_lengths, blank_id=self.blank_id,
             chunk_size=self.chunk_size, beam=self.beam, reduction=self.reduction,
-            return_stats=True)
+            return_stats=True, precision=self.precision)
         return loss
 
     def extra_repr(self) -> str:

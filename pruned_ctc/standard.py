@@ -11,8 +11,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .inputs import Targets, check_head_inputs, check_options, prepare_batch
-from .loss import LossStats, reduce_losses, warn_if_excluded
+from .inputs import (DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, Targets, check_head_inputs,
+                     check_options, prepare_batch)
+from .results import LossStats, reduce_losses, warn_if_excluded
 from .vocab_chunks import compute_dtype_for
 
 
@@ -25,8 +26,8 @@ def standard_ctc_loss(
     *,
     target_lengths=None,
     blank_id: int = 0,
-    chunk_size: int = 4096,
-    beam: Optional[float] = 100.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    beam: Optional[float] = DEFAULT_BEAM,
     reduction: str = "sum",
     return_stats: bool = False,
 ):

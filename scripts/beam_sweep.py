@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Alignment-beam sweep (paper App. C.3, Fig. 5): discarded posterior mass per utterance.
+"""Alignment-beam sweep (paper App. B.3, Fig. 5): discarded posterior mass per utterance.
 
 For every batch, the head and the selected log-probabilities S are computed once; the
 alignment DP then runs unpruned (L_n) and at every beam beta (L_beta,n) on identical S, in
@@ -10,7 +10,7 @@ tested beam with max_n delta_n <= 1e-11 (the paper's criterion).
 Two kinds of input:
 
 - synthetic (the default, no corpus needed): batches of utterances with exactly 100
-  encoder frames and about 25 Zipf-distributed target tokens (App. D.2), head-input
+  encoder frames and about 25 Zipf-distributed target tokens (App. C.2), head-input
   states drawn like those of a randomly initialized model (unit-variance entries, head
   weights with variance 1/D); one batch per (V, M, seed).
 - ``--cuts``: real fbank features of a Lhotse cut manifest (default: the egs/mini training
@@ -30,30 +30,32 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
-import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 import torch
 
+from benchmark_support import (add_grid_arguments, head_batch, provenance_lines, write_csv,
+                               write_text)
+from pruned_ctc import (DEFAULT_CHUNK_SIZE, ExcludedUtteranceWarning, ReducedBatch,
+                        alignment_loss, reduce_vocabulary)
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(REPO))
-from bench_io import (add_grid_arguments, provenance_lines, write_csv,  # noqa: E402
-                      write_text)
-from benchmark_head_loss import make_batch  # noqa: E402
-
-from pruned_ctc.alignment import align  # noqa: E402
-from pruned_ctc.inputs import prepare_batch  # noqa: E402
-from pruned_ctc.loss import pack_frames  # noqa: E402
-from pruned_ctc.vocab_chunks import SelectedLogProbs  # noqa: E402
-
 CRITERION = 1e-11
 MINI_CUTS = REPO / "egs/mini/data/full/fbank/librispeech_cuts_train-clean-100.jsonl.gz"
-MINI_LANG_DIR = REPO / "egs/mini/data/full/lang_bpe_128"
 MAKE_MINI_DATA = "cd egs/mini && ./run.sh --stop-stage 3"
+
+
+def mini_lang_dir() -> Path:
+    """The lang dir the mini recipe builds: lang_bpe_<vocab_size of egs/mini/conf/data.sh>."""
+    settings = REPO / "egs/mini/conf/data.sh"
+    match = re.search(r"^vocab_size=(\d+)", settings.read_text(), re.MULTILINE) if (
+        settings.exists()) else None
+    return REPO / f"egs/mini/data/full/lang_bpe_{match.group(1) if match else 500}"
 
 
 def discarded_mass_of_head_input(encoder_out: torch.Tensor, frame_counts: torch.Tensor,
@@ -64,33 +66,37 @@ def discarded_mass_of_head_input(encoder_out: torch.Tensor, frame_counts: torch.
 
     An utterance whose retained lattice is empty has lost all its mass: delta_n = 1.
     """
-    batch = prepare_batch(encoder_out, weight.shape[0], targets, frame_counts, target_lengths,
-                          blank_id)
+    with torch.no_grad():
+        reduced = reduce_vocabulary(encoder_out, weight, bias, targets, frame_counts,
+                                    target_lengths=target_lengths, blank_id=blank_id,
+                                    chunk_size=chunk_size)
+    batch = reduced.batch
     if not bool(batch.alignable.all()):
         raise ValueError(f"{int((~batch.alignable).sum())} utterances have fewer frames than "
                          "their targets need")
-    with torch.no_grad():
-        selected = SelectedLogProbs.apply(pack_frames(encoder_out, batch.frame_counts), weight,
-                                          bias, batch.selected_classes, chunk_size)
-    offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
+    # The same S in FP64 (exactly): the DP runs in FP64 and its losses come back in S's
+    # dtype, and delta needs the FP64 difference of two losses.
+    reduced = ReducedBatch(reduced.selected_log_probs.double(), batch)
 
     def retained(beam):
-        return align(selected, offsets, batch.frame_counts, batch.relabeled_targets,
-                     batch.target_lengths, batch.alignable, beam, False)
+        with warnings.catch_warnings():
+            # Narrow beams empty some lattices on purpose: delta_n = 1 below.
+            warnings.simplefilter("ignore", ExcludedUtteranceWarning)
+            return alignment_loss(reduced, beam=beam, reduction="none", return_stats=True)
 
-    exact = retained(None)
+    exact, _ = retained(None)
     deltas = {}
     for beam in beams:
-        result = retained(beam)
-        delta = -torch.expm1(-(result.losses - exact.losses))
-        deltas[beam] = torch.where(result.empty_lattice, torch.ones_like(delta), delta)
+        losses, stats = retained(beam)
+        delta = -torch.expm1(-(losses - exact))
+        deltas[beam] = torch.where(stats.excluded, torch.ones_like(delta), delta)
     return deltas
 
 
 def discarded_mass(vocab_size: int, num_frames: int, seed: int, beams: list[float],
                    dim: int, chunk_size: int, device: str) -> dict[float, torch.Tensor]:
     """{beam: delta (N,) float64} for one synthetic batch."""
-    encoder_out, weight, bias, targets, frame_counts, target_lengths = make_batch(
+    encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
         vocab_size, num_frames, dim, device, seed=seed)
     return discarded_mass_of_head_input(encoder_out, frame_counts, weight, bias, targets, beams,
                                         chunk_size, target_lengths)
@@ -102,7 +108,7 @@ def check_real_inputs(cuts: Path, lang_dir: Path) -> None:
         if not path.exists():
             raise SystemExit(f"{option}: {path} does not exist. The mini corpus's features "
                              f"and BPE models ({MINI_CUTS.relative_to(REPO)}, "
-                             f"{MINI_LANG_DIR.relative_to(REPO)}) are made by `{MAKE_MINI_DATA}`; "
+                             f"{mini_lang_dir().relative_to(REPO)}) are made by `{MAKE_MINI_DATA}`; "
                              "another corpus's can be given with --cuts and --lang-dir")
 
 
@@ -233,14 +239,14 @@ def main() -> None:
     parser.add_argument("--beams", type=float, nargs="+",
                         default=[float(b) for b in range(10, 151, 10)])
     parser.add_argument("--dim", type=int, default=512, help="synthetic head-input dimension D")
-    parser.add_argument("--chunk-size", type=int, default=4096)
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/beam_sweep"))
     real = parser.add_argument_group("real features (--cuts)")
     real.add_argument("--cuts", type=Path, nargs="?", const=MINI_CUTS, default=None,
                       help=f"cut manifest with features (alone: {MINI_CUTS.relative_to(REPO)}); "
                       "--vocab-sizes, --frames and --dim then do not apply")
-    real.add_argument("--lang-dir", type=Path, default=MINI_LANG_DIR,
+    real.add_argument("--lang-dir", type=Path, default=mini_lang_dir(),
                       help="lang dir with bpe.model (or a char tokens.txt): the targets and V")
     real.add_argument("--preset", default="mini", help="Zipformer preset, randomly initialized")
     real.add_argument("--max-duration", type=float, default=60.0, help="seconds of audio per batch")

@@ -20,22 +20,16 @@ machine, torch version and date.
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import logging
 import math
-import os
-import platform
-import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, List, Sequence
 
 import torch
 
 from asr.search import ctc_greedy_search, ctc_prefix_beam_search
+from benchmark_support import provenance_lines, write_csv, write_text
 
 FRAMES_PER_SECOND = 25
 # CPU seconds of this process: with one thread on an idle machine they equal wall
@@ -108,17 +102,6 @@ def time_pyctcdecode(
         text = decoder.decode_beams(log_probs[utterance, :length].numpy(), beam_width=beam, **options)[0][0]
         outputs.append([ord(char) - first_char for char in text.replace(" ", "")])
     return CLOCK() - start, outputs
-
-
-def machine_description() -> Dict[str, str]:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-        model = fields.get("Model name", "unknown").strip()
-        cpus = fields.get("CPU(s)", "?").strip()
-    except (OSError, subprocess.CalledProcessError):
-        model, cpus = platform.processor() or "unknown", "?"
-    return {"cpu": model, "cpus": cpus, "torch": torch.__version__, "python": platform.python_version()}
 
 
 def agreement(ours: Sequence[List[int]], theirs: Sequence[List[int]]) -> float:
@@ -212,23 +195,12 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     columns = ["vocab_size", "decoder", "beam", "threads", "utterances", "audio_seconds",
                "decode_cpu_seconds", "rtf", "agreement"]
-    with open(args.output_dir / "results.csv", "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(
-                {key: (f"{row[key]:.6g}" if isinstance(row[key], float) else row[key]) for key in columns}
-            )
-    machine = machine_description()
-    command = "python " + " ".join(shlex.quote(part) for part in [sys.argv[0], *sys.argv[1:]])
+    write_csv([{key: (f"{row[key]:.6g}" if isinstance(row[key], float) else row[key])
+                for key in columns} for row in rows], args.output_dir / "results.csv")
     lines = [
         "# CTC decoding speed: ours vs pyctcdecode",
         "",
-        f"Command: `{command}`  ",
-        f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; torch {machine['torch']}, "
-        f"Python {machine['python']}; torch threads {args.threads}  ",
-        f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-        f"1-minute load average at the end {os.getloadavg()[0]:.1f}",
+        *provenance_lines("cpu"),
         "",
         "Synthetic peaky posteriors (see the script's docstring), 25 frames/s, blank 0, "
         f"{args.num_utterances} utterances of {args.min_seconds:g}-{args.max_seconds:g} s. "
@@ -252,7 +224,7 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
         )
     lines += ["", "Our prefix beam search relative to pyctcdecode (RTF ratio, > 1 = ours faster):", ""]
     lines += [f"- {line}" for line in speedups(rows)]
-    (args.output_dir / "README.md").write_text("\n".join(lines) + "\n")
+    write_text("\n".join(lines) + "\n", args.output_dir / "README.md")
 
 
 def speedups(rows: List[dict]) -> List[str]:

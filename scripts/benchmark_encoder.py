@@ -13,20 +13,18 @@ is torch's peak allocated memory above the baseline. Results go to
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
-import json
 import os
-import platform
-import resource
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List
 
-FRAMES_PER_SECOND = 100  # 10 ms fbank shift
+from benchmark_support import (load_average, machine_description, memory_mb, print_result,
+                               reset_peak, run_fresh, synchronize, write_csv, write_text)
+
+FRAMES_PER_SECOND = 100  # 10 ms fbank shift (asr.cut_filters.FRAME_SHIFT_SECONDS)
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -43,28 +41,6 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/encoder"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def resident_kib(field: str) -> int:
-    """VmRSS or VmHWM of this process in KiB (Linux), else ru_maxrss."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False if not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def run_worker(args: argparse.Namespace) -> Dict[str, float]:
@@ -89,29 +65,18 @@ def run_worker(args: argparse.Namespace) -> Dict[str, float]:
         out.float().pow(2).mean().backward()
         encoder.zero_grad(set_to_none=True)
 
-    def synchronize() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    synchronize()
-    if device.type == "cuda":
-        baseline = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        baseline = resident_kib("VmRSS") * 1024
-        if not reset_peak_rss():
-            raise RuntimeError("cannot reset the peak RSS (/proc/self/clear_refs)")
+    baseline = memory_mb(args.device, peak=False) * 2 ** 20
+    reset_peak(args.device)
     for _ in range(args.warmup):
         step()
     times = []
     for _ in range(args.iters):
-        synchronize()
+        synchronize(args.device)
         start = time.perf_counter()
         step()
-        synchronize()
+        synchronize(args.device)
         times.append(time.perf_counter() - start)
-    peak = (torch.cuda.max_memory_allocated() if device.type == "cuda"
-            else resident_kib("VmHWM") * 1024)
+    peak = memory_mb(args.device, peak=True) * 2 ** 20
     median = sorted(times)[len(times) // 2]
     return {
         "preset": preset,
@@ -129,38 +94,11 @@ def run_worker(args: argparse.Namespace) -> Dict[str, float]:
     }
 
 
-def load_average() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def machine_description(device: str) -> str:
-    import torch
-
-    model, cores = platform.processor() or "unknown CPU", os.cpu_count()
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in lscpu.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name":
-                model = value.strip()
-            if key.strip() == "CPU(s)":
-                cores = value.strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    text = f"{model}, {cores} CPU(s); torch {torch.__version__}; Python {platform.python_version()}"
-    if device == "cuda" and torch.cuda.is_available():
-        text += f"; GPU {torch.cuda.get_device_name()}"
-    return text
-
-
 def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, command: str,
                   load_before: str) -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     stem = args.output_dir / f"encoder_{args.device}_{args.dtype}"
-    with open(stem.with_suffix(".csv"), "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, stem.with_suffix(".csv"))
     columns = ["preset", "params", "batch_size", "seconds", "dtype", "threads",
                "median_step_s", "input_frames_per_s", "audio_s_per_s",
                "peak_mem_above_baseline_mib"]
@@ -181,28 +119,28 @@ def write_results(rows: List[Dict[str, float]], args: argparse.Namespace, comman
         f"inputs (activations, gradients, workspace), each preset in a fresh process.",
         "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_text("\n".join(lines) + "\n", stem.with_suffix(".md"))
     print(f"wrote {stem.with_suffix('.csv')} and {stem.with_suffix('.md')}")
 
 
 def main(argv: List[str]) -> None:
     args = parse_args(argv)
     if args.worker:
-        print(json.dumps(run_worker(args)))
+        print_result(run_worker(args))
         return
     command = " ".join(["python scripts/benchmark_encoder.py", shlex.join(argv)]).strip()
     repo = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    # The workers import this checkout's zipformer first.
+    env = dict(PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     load_before = load_average()
     rows = []
     for preset in args.presets:
-        worker = [sys.executable, __file__, *argv, "--presets", preset, "--worker"]
+        worker = [__file__, *argv, "--presets", preset, "--worker"]
         print(f"[{preset}] running {args.warmup + args.iters} steps in a fresh process ...",
               flush=True)
-        result = subprocess.run(worker, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
+        row, result = run_fresh(worker, env)
+        if row is None:
             sys.exit(f"worker for preset {preset} failed:\n{result.stderr}")
-        row = json.loads(result.stdout.strip().splitlines()[-1])
         print(f"[{preset}] {row}", flush=True)
         rows.append(row)
     write_results(rows, args, command, load_before)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Full training steps with Zipformer-M: standard CTC vs Pruned CTC (paper Table 1, App. D.2).
+"""Full training steps with Zipformer-M: standard CTC vs Pruned CTC (paper Table 1, App. C.2).
 
 Each step is :func:`asr.train.training_step`: encoder forward, dropout, head and CTC
 loss, backward, ScaledAdam (base_lr 0.045, clipping scale 2) with the Eden schedule, and
@@ -8,14 +8,14 @@ Both methods start from the same initial weights (same seed, checked by a checks
 the same ordered batches and the same dropout masks, and each updates its own copy of
 the weights; so their first-step losses must agree to rounding (printed in the table).
 
-Batches are synthetic 80-dim fbank as in App. D.2: every utterance has exactly 100
+Batches are synthetic 80-dim fbank as in App. C.2: every utterance has exactly 100
 encoder frames (407 fbank frames), M / 100 utterances per batch, 25 target tokens per
 utterance drawn from a Zipf-like distribution over the V classes.
 
 For each ``M:V1,V2,...`` of the grid, standard CTC runs at V1, V2, ... (descending) until a
 step fits in memory; Pruned CTC then runs at that V: the largest tested vocabulary that
 standard CTC fits, as in Table 1 (on CPU a V is skipped untried when standard CTC's head
-and loss alone, 4MV + 640M FP32 values by App. D.2's model, exceed the available host
+and loss alone, 4MV + 640M FP32 values by App. C.2's model, exceed the available host
 memory). Each (method, M, V) runs in a fresh process.
 
 Memory is the peak above the process's state before the model was built (torch loaded,
@@ -39,21 +39,20 @@ the overhead is the median of the per-step ratios pruned / standard of the paire
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from benchmark_support import (FIXED_MMAP_THRESHOLD, FRAMES_PER_UTTERANCE,
+                               TOKENS_PER_UTTERANCE, failure_reason,
+                               keep_freed_memory_for_reuse, load_average, memory_mb,
+                               print_result, provenance_lines, reset_peak, run_fresh,
+                               synchronize, write_csv, write_text, zipf_targets)
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(REPO))
-from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
-from benchmark_head_loss import (FRAMES_PER_UTTERANCE, TOKENS_PER_UTTERANCE,  # noqa: E402
-                                 cpu_memory_mb, reset_cpu_peak, synchronize)
 
 METHODS = ("standard", "pruned")
 # Table 1's grid (M, V): the largest V at which standard CTC completed a step on an H100 80 GB.
@@ -86,13 +85,10 @@ def synthetic_batches(num_frames: int, vocab_size: int, num_batches: int, seed: 
     assert encoder_output_lengths(FEATURE_FRAMES) == FRAMES_PER_UTTERANCE
     generator = torch.Generator().manual_seed(seed)
     num_utterances = num_frames // FRAMES_PER_UTTERANCE
-    # Zipf-like ids as benchmark_head_loss.make_batch: class r (1..V-1) has frequency 1 / r.
-    frequencies = 1.0 / torch.arange(1, vocab_size, dtype=torch.float64)
     batches = []
     for _ in range(num_batches):
         features = torch.randn(num_utterances, FEATURE_FRAMES, FEATURE_DIM, generator=generator)
-        targets = torch.multinomial(frequencies, num_utterances * TOKENS_PER_UTTERANCE,
-                                    replacement=True, generator=generator) + 1
+        targets = zipf_targets(vocab_size, num_utterances * TOKENS_PER_UTTERANCE, generator)
         batches.append({"features": features,
                         "feature_lens": torch.full((num_utterances,), FEATURE_FRAMES, dtype=torch.int64),
                         "texts": targets.view(num_utterances, TOKENS_PER_UTTERANCE).tolist()})
@@ -118,43 +114,6 @@ def build_run(preset: str, vocab_size: int, method: str, device: str, precision:
     return trainee
 
 
-def memory_mib(device: str, peak: bool) -> float:
-    import torch
-
-    if device == "cuda":
-        counter = torch.cuda.max_memory_allocated if peak else torch.cuda.memory_allocated
-        return counter() / 2 ** 20
-    return cpu_memory_mb("VmHWM" if peak else "VmRSS")
-
-
-def reset_peak(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    else:
-        reset_cpu_peak()
-
-
-# The child processes start with glibc's mmap threshold fixed at its initial 128 KiB:
-# every freed block above it is unmapped, so that the resident set follows the live
-# tensors during the memory steps (benchmark_head_loss.py's trick).
-FIXED_MMAP_THRESHOLD = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-
-
-def keep_freed_memory_for_reuse() -> None:
-    """After the memory steps: glibc's usual state once its dynamic threshold has grown,
-    blocks up to 32 MiB from the heap and reused, since re-mapping (page faulting) every
-    block above 128 KiB slows a CPU step 2-5x."""
-    import ctypes
-
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_mmap_threshold = -1, -3  # mallopt parameters, <malloc.h>
-    libc.mallopt(m_mmap_threshold, 32 * 2 ** 20)
-    libc.mallopt(m_trim_threshold, 64 * 2 ** 20)
-
-
 def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_size: int) -> Dict[str, object]:
     """Warm-up, (on CPU) memory and timed steps of one configuration in this process."""
     import torch
@@ -165,7 +124,7 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
     seconds_per_batch = num_frames // FRAMES_PER_UTTERANCE * FEATURE_FRAMES / 100
     if args.device == "cuda":
         torch.cuda.init()
-    baseline = memory_mib(args.device, peak=False)
+    baseline = memory_mb(args.device, peak=False)
     run = build_run(args.preset, vocab_size, method, args.device, args.precision, seconds_per_batch)
     with torch.no_grad():
         checksum = sum(float(p.double().sum()) for p in run.model.parameters())
@@ -180,10 +139,10 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
     losses, seconds, cpu_seconds = [], [], []
     for step in range(first_timed + args.steps):
         if step == first_memory:
-            resident = memory_mib(args.device, peak=False)
+            resident = memory_mb(args.device, peak=False)
             reset_peak(args.device)
         if cpu and step == first_memory + memory_steps:
-            peak = memory_mib(args.device, peak=True)
+            peak = memory_mb(args.device, peak=True)
             keep_freed_memory_for_reuse()
         batch = batches[step % len(batches)]
         synchronize(args.device)
@@ -196,7 +155,7 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
         if excluded:
             raise RuntimeError(f"step {step}: {excluded} utterances excluded from the loss")
     if args.device == "cuda":
-        peak = memory_mib(args.device, peak=True)
+        peak = memory_mb(args.device, peak=True)
     # K: blank plus the distinct labels of the batch (paper Alg. 1).
     selected = [1 + len({token for text in b["texts"] for token in text}) for b in batches]
     timed = seconds[first_timed:]
@@ -222,7 +181,7 @@ def available_host_mib() -> float:
 
 
 def standard_ctc_head_mib(frames: int, vocab_size: int) -> float:
-    """Standard CTC's head and loss memory, 4MV + 640M FP32 values (paper App. D.2)."""
+    """Standard CTC's head and loss memory, 4MV + 640M FP32 values (paper App. C.2)."""
     return (4 * frames * vocab_size + 640 * frames) * 4 / 2 ** 20
 
 
@@ -233,21 +192,20 @@ def run_configuration(args: argparse.Namespace, method: str, frames: int, vocab_
     if args.device == "cpu" and method == "standard":
         if standard_ctc_head_mib(frames, vocab_size) > available_host_mib():
             return None
-    child = [sys.executable, str(Path(__file__).resolve()), "--worker", f"{method},{frames},{vocab_size}",
+    child = [str(Path(__file__).resolve()), "--worker", f"{method},{frames},{vocab_size}",
              "--device", args.device, "--preset", args.preset, "--precision", args.precision,
              "--warmup", str(args.warmup), "--steps", str(args.steps), "--memory-steps",
              str(args.memory_steps), "--num-batches",
              str(args.num_batches), "--seed", str(args.seed), "--start-batch", str(args.start_batch)]
-    environment = dict(os.environ, **FIXED_MMAP_THRESHOLD, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    # The child imports this checkout's packages (zipformer, pruned_ctc) first.
+    environment = dict(FIXED_MMAP_THRESHOLD, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     load_before = os.getloadavg()[0]
-    completed = subprocess.run(child, capture_output=True, text=True, env=environment)
-    results = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
-    if completed.returncode == 0 and results:
-        row = json.loads(results[0][len("RESULT "):])
+    row, completed = run_fresh(child, environment)
+    if row is not None:
         row.update(load_before=load_before, load_after=os.getloadavg()[0])
         return row
-    killed = completed.returncode == -9  # the kernel's OOM killer on the host
-    if killed or "out of memory" in completed.stderr.lower():
+    if failure_reason(completed.returncode, completed.stderr)[0]:
         return None
     sys.exit(f"{method} M={frames} V={vocab_size} failed:\n{completed.stderr[-3000:]}")
 
@@ -341,10 +299,6 @@ def steps_text(args: argparse.Namespace) -> str:
     return f"{first}{args.warmup} warm-up and {args.steps} timed steps"
 
 
-def load_average() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -391,7 +345,7 @@ def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
     if args.worker:
         method, frames, vocab_size = args.worker.split(",")
-        print("RESULT " + json.dumps(run_worker(args, method, int(frames), int(vocab_size))))
+        print_result(run_worker(args, method, int(frames), int(vocab_size)))
         return
     load_before = load_average()
     rows: List[dict] = []

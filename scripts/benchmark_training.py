@@ -20,23 +20,21 @@ its 128-piece BPE), token ids drawn uniformly from the ``--vocab-size`` classes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
+from benchmark_support import (BLANK_ID, load_average, peak_rss_mb,
+                               print_result, provenance_lines, run_fresh, write_csv,
+                               write_text)
 
-FRAMES_PER_SECOND = 100  # 10 ms fbank shift
+REPO = Path(__file__).resolve().parent.parent
+
+FRAMES_PER_SECOND = 100  # 10 ms fbank shift (asr.cut_filters.FRAME_SHIFT_SECONDS)
 FEATURE_DIM = 80
-BLANK_ID = 0
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -98,11 +96,6 @@ def synthetic_batches(args: argparse.Namespace, max_duration: float) -> List[dic
     return batches
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident set so far (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, object]:
     """Times ``args.steps`` training steps of one configuration in this process."""
     import torch
@@ -122,7 +115,7 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
         batch_index += 1
         batch = batches[step % len(batches)]
         training_step(run, batch, batch["texts"], batch_index)
-    peak_after_warmup = peak_rss_mib()
+    peak_after_warmup = peak_rss_mb()
     step_seconds = []
     audio_seconds = 0.0
     cpu_start, wall_start = time.process_time(), time.perf_counter()
@@ -149,12 +142,12 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
         "cpu_s_per_step": round(cpu / args.steps, 3),
         "cpu_utilization": round(cpu / wall, 2),
         "peak_rss_after_warmup_mib": round(peak_after_warmup, 1),
-        "peak_rss_mib": round(peak_rss_mib(), 1),
+        "peak_rss_mib": round(peak_rss_mb(), 1),
     }
 
 
 def worker_command(argv: Sequence[str], loss: str, threads: int) -> List[str]:
-    return [sys.executable, str(Path(__file__).resolve()), *argv, "--worker", loss, str(threads)]
+    return [str(Path(__file__).resolve()), *argv, "--worker", loss, str(threads)]
 
 
 def preset_summary(args: argparse.Namespace) -> str:
@@ -200,28 +193,24 @@ def write_results(rows: List[Dict[str, object]], args: argparse.Namespace, load_
     write_text("\n".join(lines) + "\n", args.output_dir / "training_cpu.md")
 
 
-def load_average() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
     if args.worker:
         loss, threads = args.worker
-        print("RESULT " + json.dumps(run_worker(args, loss, int(threads))))
+        print_result(run_worker(args, loss, int(threads)))
         return
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    # The workers import this checkout's packages (zipformer, pruned_ctc) first.
+    env = dict(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     load_before = load_average()
     rows = []
     for threads in args.threads:
         for loss in args.ctc_loss:
             print(f"[{loss}, {threads} thread(s)] {args.warmup} + {args.steps} steps in a fresh process ...",
                   flush=True)
-            completed = subprocess.run(worker_command(argv, loss, threads), capture_output=True, text=True, env=env)
-            results = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
-            if completed.returncode != 0 or not results:
+            row, completed = run_fresh(worker_command(argv, loss, threads), env)
+            if row is None:
                 sys.exit(f"worker ({loss}, {threads} threads) failed:\n{completed.stderr[-3000:]}")
-            rows.append(json.loads(results[0][len("RESULT "):]))
+            rows.append(row)
             print(f"[{loss}, {threads} thread(s)] {rows[-1]}", flush=True)
     write_results(rows, args, load_before)
     print(f"wrote {args.output_dir / 'training_cpu.csv'} and {args.output_dir / 'training_cpu.md'}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Numerical accuracy of Pruned CTC against a dense FP64 reference (paper App. C.2).
+"""Numerical accuracy of Pruned CTC against a dense FP64 reference (paper App. B.2).
 
-Two analyses, both written as CSV and Markdown under ``--output-dir``:
+Two analyses (``--analyses``), each written as CSV and Markdown under ``--output-dir``:
 
 1. ``precision`` (Table 6): the gradient error of the selected classes' weight and bias
    rows for the precision choices {FP32, FP64 normalization} x {recomputed, reused
@@ -17,29 +17,24 @@ vocabulary, a group of utterances at a time to bound memory. Both sides keep eve
 alignment (beam None) to isolate the class-axis arithmetic. Relative error = Frobenius
 norm of the difference over the reference's norm.
 
-    python scripts/numerical_accuracy.py --output-dir benchmarks/numerical_accuracy
+    python scripts/numerical_accuracy.py --analyses precision --seeds 0 1 2 3 4 \\
+        --output-dir benchmarks/numerical_accuracy
+    python scripts/numerical_accuracy.py --analyses grid --output-dir benchmarks/numerical_accuracy
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import (add_grid_arguments, provenance_lines, write_csv,  # noqa: E402
-                      write_text)
-from benchmark_head_loss import make_batch  # noqa: E402
-
-from pruned_ctc.alignment import align  # noqa: E402
-from pruned_ctc.inputs import prepare_batch  # noqa: E402
-from pruned_ctc.loss import _RetainedAlignmentLoss  # noqa: E402
-from pruned_ctc.vocab_chunks import Precision, SelectedLogProbs  # noqa: E402
+from benchmark_support import (add_grid_arguments, head_batch, provenance_lines, write_csv,
+                               write_text)
+from pruned_ctc import DEFAULT_CHUNK_SIZE, DEFAULT_PRECISION, Precision, pruned_ctc_loss
 
 UTTERANCES_PER_REFERENCE_GROUP = 5
 
@@ -64,23 +59,19 @@ def dense_reference(encoder_out, weight, bias, targets, frame_counts, target_len
 
 
 def pruned(encoder_out, weight, bias, targets, frame_counts, target_lengths, chunk_size,
-           precision=Precision()):
-    """The library's computation (beam None) with a given precision: losses and grads."""
+           precision=DEFAULT_PRECISION):
+    """The library's computation (beam None) with a given precision: the per-utterance
+    losses, and the gradients of their sum as training computes them (reduction "sum")."""
     x = encoder_out.detach().clone().requires_grad_(True)
     w = weight.detach().clone().requires_grad_(True)
     b = bias.detach().clone().requires_grad_(True)
-    batch = prepare_batch(x, w.shape[0], targets, frame_counts, target_lengths, 0)
-    selected = SelectedLogProbs.apply(x.reshape(-1, x.shape[2]), w, b,
-                                      batch.selected_classes, chunk_size, precision)
-    offsets = torch.cumsum(frame_counts, 0) - frame_counts
-    result = align(selected.detach(), offsets, frame_counts, batch.relabeled_targets,
-                   batch.target_lengths, batch.alignable, None, True)
-    utterance_of_frame = torch.repeat_interleave(torch.arange(x.shape[0]), frame_counts)
-    losses = _RetainedAlignmentLoss.apply(selected, result.losses,
-                                          result.occupancy.to(selected.dtype),
-                                          utterance_of_frame)
-    losses.sum().backward()
-    return losses.detach(), x.grad, w.grad, b.grad, batch.selected_classes
+    options = dict(target_lengths=target_lengths, beam=None, chunk_size=chunk_size,
+                   precision=precision)
+    with torch.no_grad():
+        losses = pruned_ctc_loss(x, w, b, targets, frame_counts, reduction="none", **options)
+    pruned_ctc_loss(x, w, b, targets, frame_counts, reduction="sum", **options).backward()
+    selected = torch.unique(torch.cat([torch.zeros(1, dtype=torch.long), targets.view(-1)]))
+    return losses, x.grad, w.grad, b.grad, selected
 
 
 def relative_error(value, reference) -> float:
@@ -88,11 +79,16 @@ def relative_error(value, reference) -> float:
     return float((value - reference).norm() / reference.norm())
 
 
-def trained_like_batch(vocab_size: int, num_frames: int, dim: int, seed: int):
+def trained_like_batch(vocab_size: int, num_frames: int, dim: int, seed: int,
+                       bias_scale: float = 0.0):
     """A batch whose posteriors agree with the targets, like a trained model's: each frame
-    of a fixed alignment (label runs separated by blanks) points at its class's weight."""
-    encoder_out, weight, bias, targets, frame_counts, target_lengths = make_batch(
+    of a fixed alignment (label runs separated by blanks) points at its class's weight;
+    bias entries N(0, bias_scale^2)."""
+    encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
         vocab_size, num_frames, dim, "cpu", seed=seed)
+    if bias_scale:
+        bias = torch.randn(vocab_size, generator=torch.Generator().manual_seed(seed + 2000)
+                           ) * bias_scale
     generator = torch.Generator().manual_seed(seed + 1000)
     frames_per_utterance = encoder_out.shape[1]
     tokens = targets.shape[1]
@@ -114,12 +110,16 @@ PRECISIONS = [
     ("FP64", "reused", "FP32", Precision(True, True, False)),
     ("FP64", "reused", "FP64", Precision(True, True, True)),
 ]
+# Table 6's ranges over five trained batches (weight, bias), App. B.2.
+PAPER_RATIOS = ["1.000 / 1.000", "1.000 / [0.998, 1.000]", "[0.348, 0.474] / [0.229, 0.357]",
+                "[0.061, 0.141] / [0.062, 0.095]", "[0.047, 0.087] / [0.062, 0.097]"]
 
 
 def precision_table(args) -> list[dict]:
     rows = []
-    for seed in args.seeds:
-        batch = trained_like_batch(args.precision_vocab, args.precision_frames, args.dim, seed)
+    for bias_scale, seed in itertools.product(args.bias_scales, args.seeds):
+        batch = trained_like_batch(args.precision_vocab, args.precision_frames, args.dim, seed,
+                                   bias_scale)
         reference = dense_reference(*batch)
         errors = []
         for normalization, selected_source, products, precision in PRECISIONS:
@@ -128,12 +128,12 @@ def precision_table(args) -> list[dict]:
                            relative_error(grad_bias[selected], reference[3][selected])))
         for (normalization, selected_source, products, _), (weight_error, bias_error) in zip(
                 PRECISIONS, errors):
-            rows.append(dict(seed=seed, normalization=normalization,
+            rows.append(dict(bias_scale=bias_scale, seed=seed, normalization=normalization,
                              selected_log_probs=selected_source, gradient_products=products,
                              weight_error=f"{weight_error:.3e}", bias_error=f"{bias_error:.3e}",
                              weight_ratio=weight_error / errors[0][0],
                              bias_ratio=bias_error / errors[0][1]))
-        print(f"precision table: seed {seed} done", flush=True)
+        print(f"precision table: bias scale {bias_scale}, seed {seed} done", flush=True)
     return rows
 
 
@@ -142,7 +142,7 @@ def accuracy_grid(args) -> list[dict]:
     configurations = list(itertools.product(args.frames, args.vocab_sizes, args.seeds))
     started = time.time()
     for index, (frames, vocab_size, seed) in enumerate(configurations, 1):
-        batch = make_batch(vocab_size, frames, args.dim, "cpu", seed=seed)
+        batch = head_batch(vocab_size, frames, args.dim, "cpu", seed=seed)
         reference = dense_reference(*batch)
         losses, grad_input, grad_weight, _, selected = pruned(*batch, args.chunk_size)
         rows.append(dict(frames=frames, vocab_size=vocab_size, seed=seed,
@@ -160,40 +160,39 @@ def accuracy_grid(args) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_grid_arguments(parser)
-    parser.add_argument("--precision-vocab", type=int, default=500)
-    parser.add_argument("--precision-frames", type=int, default=4000)
-    parser.add_argument("--dim", type=int, default=512)
-    parser.add_argument("--chunk-size", type=int, default=4096)
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/numerical_accuracy"))
-    args = parser.parse_args()
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-
-    precision_rows = precision_table(args)
-    grid_rows = accuracy_grid(args)
+def write_precision_table(args, precision_rows: list[dict]) -> None:
+    lines = ["# Precision choices against a dense FP64 reference (Table 6, App. B.2)", ""]
+    lines += provenance_lines("cpu")
+    lines += ["", f"V = {args.precision_vocab}, M = {args.precision_frames}, D = {args.dim}, "
+              f"seeds {args.seeds}: trained-like batches (posteriors that agree with the "
+              "targets). Gradient error of the selected classes relative to the first row's "
+              "on the same batch, min and max over seeds, gradients of reduction \"sum\" (the "
+              "FP64-product row takes the deferred schedule). Bias entries N(0, s^2).", ""]
+    for bias_scale in args.bias_scales:
+        lines += [f"Bias scale s = {bias_scale}:", "",
+                  "| normalization | selected log-probs | gradient products | weight ratio | "
+                  "bias ratio | paper (weight / bias) |", "|---|---|---|---|---|---|"]
+        for (normalization, selected_source, products, _), paper in zip(PRECISIONS,
+                                                                         PAPER_RATIOS):
+            chosen = [r for r in precision_rows if r["normalization"] == normalization
+                      and r["selected_log_probs"] == selected_source
+                      and r["gradient_products"] == products and r["bias_scale"] == bias_scale]
+            weights = sorted(r["weight_ratio"] for r in chosen)
+            biases = sorted(r["bias_ratio"] for r in chosen)
+            lines.append(f"| {normalization} | {selected_source} | {products} | "
+                         f"[{weights[0]:.3f}, {weights[-1]:.3f}] | "
+                         f"[{biases[0]:.3f}, {biases[-1]:.3f}] | {paper} |")
+        lines.append("")
     write_csv(precision_rows, args.output_dir / "precision_table.csv")
-    write_csv(grid_rows, args.output_dir / "accuracy_grid.csv")
+    write_text("\n".join(lines), args.output_dir / "precision_table.md")
+    print(f"wrote {args.output_dir}/precision_table.md")
 
-    lines = ["# Numerical accuracy against a dense FP64 reference", ""] + provenance_lines("cpu") + [
-             "", f"## Precision choices (Table 6), V = {args.precision_vocab}, "
-             f"M = {args.precision_frames}, seeds {args.seeds}", "",
-             "Gradient error of the selected classes relative to the first row's, "
-             "min and max over seeds.", "",
-             "| normalization | selected log-probs | gradient products | weight ratio | "
-             "bias ratio |", "|---|---|---|---|---|"]
-    for normalization, selected_source, products, _ in PRECISIONS:
-        chosen = [r for r in precision_rows if r["normalization"] == normalization
-                  and r["selected_log_probs"] == selected_source
-                  and r["gradient_products"] == products]
-        weights = sorted(r["weight_ratio"] for r in chosen)
-        biases = sorted(r["bias_ratio"] for r in chosen)
-        lines.append(f"| {normalization} | {selected_source} | {products} | "
-                     f"[{weights[0]:.3f}, {weights[-1]:.3f}] | [{biases[0]:.3f}, {biases[-1]:.3f}] |")
-    lines += ["", f"## Errors across V and M (chunk {args.chunk_size}, beam None, "
-              "default precision): maximum over seeds", "",
+
+def write_accuracy_grid(args, grid_rows: list[dict]) -> None:
+    lines = ["# Errors against a dense FP64 reference across V and M (Fig. 4, App. B.2)", ""]
+    lines += provenance_lines("cpu")
+    lines += ["", f"Chunk {args.chunk_size}, beam None, default precision, randomly "
+              "initialized heads: maximum over seeds.", "",
               "| M | V | loss | head-input gradient | selected weight gradient |",
               "|---|---|---|---|---|"]
     for frames in args.frames:
@@ -205,8 +204,31 @@ def main() -> None:
                 f"{max(float(r['loss_error']) for r in chosen):.2e} | "
                 f"{max(float(r['input_grad_error']) for r in chosen):.2e} | "
                 f"{max(float(r['selected_weight_grad_error']) for r in chosen):.2e} |")
-    write_text("\n".join(lines) + "\n", args.output_dir / "results.md")
-    print(f"wrote {args.output_dir}/results.md")
+    write_csv(grid_rows, args.output_dir / "accuracy_grid.csv")
+    write_text("\n".join(lines) + "\n", args.output_dir / "accuracy_grid.md")
+    print(f"wrote {args.output_dir}/accuracy_grid.md")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_grid_arguments(parser)
+    parser.add_argument("--analyses", nargs="+", choices=["precision", "grid"],
+                        default=["precision", "grid"],
+                        help="which to run; each writes its own CSV and Markdown file")
+    parser.add_argument("--precision-vocab", type=int, default=500)
+    parser.add_argument("--precision-frames", type=int, default=4000)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    parser.add_argument("--bias-scales", type=float, nargs="+", default=[0.0, 0.1, 0.5],
+                        help="standard deviations of the precision table's head bias")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/numerical_accuracy"))
+    args = parser.parse_args()
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    if "precision" in args.analyses:
+        write_precision_table(args, precision_table(args))
+    if "grid" in args.analyses:
+        write_accuracy_grid(args, accuracy_grid(args))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from pruned_ctc import pruned_ctc_loss, standard_ctc_loss
+from pruned_ctc import DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, pruned_ctc_loss, standard_ctc_loss
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab-size", type=int, default=50_000)
     parser.add_argument("--utterances", type=int, default=16)
-    parser.add_argument("--beam", type=float, default=100.0)
+    parser.add_argument("--beam", type=float, default=DEFAULT_BEAM)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -53,7 +53,7 @@ def main() -> None:
           f"dL/dX {relative(dx_b, dx_a):.1e}, dL/dW {relative(dw_b, dw_a):.1e}")
     print(f"standard CTC materialized {args.utterances * frames:,} x {args.vocab_size:,} "
           f"logits; Pruned CTC never held more than {args.utterances * frames:,} x "
-          f"{min(4096, args.vocab_size):,} of them at once.")
+          f"{min(DEFAULT_CHUNK_SIZE, args.vocab_size):,} of them at once.")
 
 
 if __name__ == "__main__":

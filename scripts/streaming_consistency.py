@@ -21,7 +21,6 @@ random at the embedding table's scale (the paper's fixed-input condition).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +28,10 @@ from typing import List
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_io import provenance_lines, write_csv, write_text  # noqa: E402
-
-from llm_ctc.head import head_logits  # noqa: E402
-from llm_ctc.streaming import CachedStreamingLLM, parallel_query_states  # noqa: E402
-from llm_ctc.streaming_layout import Qwen3ASRGrid, feature_chunk_frames, utterance_layout  # noqa: E402
+from benchmark_support import provenance_lines, write_csv, write_text
+from llm_ctc.head import head_logits
+from llm_ctc.streaming import CachedStreamingLLM, parallel_query_states
+from llm_ctc.streaming_layout import Qwen3ASRGrid, feature_chunk_frames, utterance_layout
 
 CONDITIONS = [("eager", torch.float32), ("eager", torch.bfloat16), ("sdpa", torch.float32), ("sdpa", torch.bfloat16)]
 

@@ -1,5 +1,5 @@
 """Finite-beam pruning against brute-force enumeration of every alignment (T <= 7, K <= 4),
-with the retention rule applied literally (k2's output_beam semantics, paper App. C.3)."""
+with the retention rule applied literally (k2's output_beam semantics, paper App. B.3)."""
 
 import math
 

@@ -59,3 +59,21 @@ def test_standard_baseline_matches_reference_and_pruned():
     torch.testing.assert_close(losses, reference[0], rtol=1e-12, atol=0)
     for tensor, expected in zip(tensors, reference[1:]):
         torch.testing.assert_close(tensor.grad, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean", "none"])
+def test_backward_inside_autocast_gives_the_gradients_of_outside(reduction):
+    encoder_out, weight, bias, targets, lengths = make_inputs(torch.float32, seed=4)
+
+    def run():
+        tensors = [t.clone().requires_grad_(True) for t in (encoder_out, weight, bias)]
+        loss = pruned_ctc_loss(*tensors, targets, lengths, reduction=reduction, chunk_size=64)
+        loss.sum().backward()
+        return [loss.detach()] + [t.grad for t in tensors]
+
+    outside = run()
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        inside = run()
+    for value, expected in zip(inside, outside):
+        assert value.dtype == expected.dtype == torch.float32
+        torch.testing.assert_close(value, expected, rtol=0, atol=0)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 
 def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
-    """||value - reference|| / ||reference|| (Frobenius / Euclidean), paper App. C.2."""
+    """||value - reference|| / ||reference|| (Frobenius / Euclidean), paper App. B.2."""
     value = value.detach().to(torch.float64)
     reference = reference.detach().to(torch.float64)
     denominator = reference.norm().item()

@@ -10,9 +10,18 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
+def checkout_environment() -> dict:
+    """The scripts import this checkout's packages, not an installed copy's."""
+    import os
+
+    paths = [str(SCRIPTS.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+        os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
 def run(script: str, *arguments: str) -> None:
     subprocess.run([sys.executable, str(SCRIPTS / script), *arguments], check=True,
-                   capture_output=True, text=True, timeout=300)
+                   capture_output=True, text=True, timeout=300, env=checkout_environment())
 
 
 def read_csv(path: Path) -> list:
@@ -32,12 +41,14 @@ def test_beam_sweep_reaches_the_numerical_floor_at_a_wide_beam(tmp_path):
 def test_numerical_accuracy_meets_the_library_tolerances(tmp_path):
     run("numerical_accuracy.py", "--vocab-sizes", "300", "--frames", "400", "--seeds", "0",
         "--precision-vocab", "50", "--precision-frames", "400", "--dim", "32",
-        "--output-dir", str(tmp_path))
+        "--bias-scales", "0", "0.5", "--output-dir", str(tmp_path))
     (row,) = read_csv(tmp_path / "accuracy_grid.csv")
     assert float(row["loss_error"]) <= 1e-6
     assert float(row["input_grad_error"]) <= 1e-5
     assert float(row["selected_weight_grad_error"]) <= 1e-4
-    assert len(read_csv(tmp_path / "precision_table.csv")) == 5
+    precision_rows = read_csv(tmp_path / "precision_table.csv")
+    assert len(precision_rows) == 10
+    assert {r["bias_scale"] for r in precision_rows} == {"0.0", "0.5"}
 
 
 def test_head_loss_benchmark_measures_less_memory_for_pruned_ctc(tmp_path):
@@ -114,10 +125,13 @@ def test_beam_sweep_on_real_features_reads_a_recipes_relative_feature_paths(tmp_
 def test_beam_sweep_names_the_missing_corpus_and_how_to_make_it(tmp_path):
     missing = tmp_path / "no_cuts.jsonl.gz"
     completed = subprocess.run([sys.executable, str(SCRIPTS / "beam_sweep.py"), "--cuts", str(missing)],
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=120,
+                               env=checkout_environment())
     assert completed.returncode != 0
     assert str(missing) in completed.stderr
     assert "cd egs/mini && ./run.sh --stop-stage 3" in completed.stderr
+    # The lang dir that recipe builds (egs/mini/conf/data.sh: vocab_size=500).
+    assert "egs/mini/data/full/lang_bpe_500" in completed.stderr
 
 
 def test_full_step_benchmark_pruned_ctc_matches_standard_loss_with_less_memory(tmp_path):
@@ -147,7 +161,12 @@ def load_head_loss_benchmark():
     spec = importlib.util.spec_from_file_location("benchmark_head_loss",
                                                   SCRIPTS / "benchmark_head_loss.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # As when it runs as a script: its own folder first, for benchmark_support.
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
     return module
 
 
@@ -182,13 +201,11 @@ def test_head_loss_oom_extrapolation_is_the_least_squares_line():
 
 
 def test_head_loss_benchmark_marks_and_extrapolates_out_of_memory_points(tmp_path):
-    import os
-
     import numpy
 
     # Address-space cap of 900 MB: Python + torch map ~0.6 GB; standard CTC at V = 4,000
     # peaks near 0.6 GB, at V = 100,000 (several 160 MB (M, V) arrays) above 1.2 GB.
-    environment = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
+    environment = dict(checkout_environment(), OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
     completed = subprocess.run(
         [sys.executable, str(SCRIPTS / "benchmark_head_loss.py"), "--methods", "standard",
          "--vocab-sizes", "1000", "2000", "3000", "4000", "100000", "--frames", "400",

@@ -1,0 +1,117 @@
+"""The loss of reductions "sum" and "mean" with its gradient formed in the forward pass
+(the three-product schedule of fused_head.py); the backward only scales it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .alignment import AlignmentResult, align
+from .fused_head import add_selected_term, fused_pass, rows_per_block
+from .inputs import PreparedBatch
+from .results import reduce_losses, utterance_weights
+from .vocab_chunks import Precision, compute_dtype_for
+
+
+@dataclass
+class FusedProblem:
+    """The arguments of one call besides the tensors; ``result`` is filled in."""
+
+    batch: PreparedBatch
+    beam: Optional[float]
+    reduction: str
+    precision: Precision
+    chunk_size: int
+    result: Optional[AlignmentResult] = None
+
+
+def fused_schedule_applies(weight: torch.Tensor, encoder_out: torch.Tensor, reduction: str,
+                           precision: Precision) -> bool:
+    """The fused schedule needs a scalar reduction, FP32-or-compute-dtype products and a
+    weight already in the compute dtype (converting a (V, D) head per row block would
+    cost a product's worth of traffic; once, a copy of the head)."""
+    return (reduction in ("sum", "mean") and not precision.float64_gradient
+            and weight.dtype == compute_dtype_for(encoder_out.dtype))
+
+
+class FusedPrunedCTC(torch.autograd.Function):
+    """forward(frames (M, D), weight (V, D), bias (V,) or None, problem) -> scalar loss."""
+
+    @staticmethod
+    def forward(ctx, frames, weight, bias, problem):
+        needs = ctx.needs_input_grad[:3]
+        with torch.autocast(device_type=frames.device.type, enabled=False):
+            loss, gradients = _loss_and_gradients(frames, weight, bias, problem, needs)
+        ctx.gradients = gradients
+        ctx.dtypes = (frames.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        gradients, ctx.gradients = ctx.gradients, None
+        if gradients is None:
+            raise RuntimeError(
+                "pruned_ctc_loss with reduction 'sum' or 'mean' hands its gradients over on "
+                "the first backward; for a second backward through the same loss use "
+                "reduction='none' and sum the losses")
+        # Scaled in place, handed over without a copy: the (V, D) weight gradient exists once.
+        scale = grad_loss.detach()
+        rescale = bool(scale != 1)
+        results = []
+        for gradient, dtype in zip(gradients, ctx.dtypes):
+            if gradient is not None and rescale:
+                gradient.mul_(scale.to(gradient.dtype))
+            results.append(None if gradient is None else gradient.to(dtype))
+        del gradients, gradient
+        return results[0], results[1], results[2], None
+
+
+def _loss_and_gradients(frames, weight, bias, problem: FusedProblem, needs):
+    batch = problem.batch
+    compute_dtype = compute_dtype_for(frames.dtype)
+    frames_c = frames.to(compute_dtype)
+    bias_c = None if bias is None else bias.to(compute_dtype)
+    need_frames, need_weight, need_bias = needs[0], needs[1], needs[2] and bias is not None
+    num_utterances = batch.num_utterances
+    utterance_of_frame = torch.repeat_interleave(
+        torch.arange(num_utterances, device=frames.device), batch.frame_counts)
+    excluded = ~batch.alignable
+    finite_rows = torch.isfinite(frames_c).all(dim=1)
+    any_nonfinite = not bool(finite_rows.all())
+    if any_nonfinite:
+        # An utterance with a nonfinite frame has a nonfinite loss: weight it 0 from the
+        # start, and keep its frames out of the products (0 * nan would reach dW).
+        nonfinite_utterances = torch.zeros(num_utterances, dtype=torch.bool,
+                                           device=frames.device)
+        nonfinite_utterances[utterance_of_frame[~finite_rows]] = True
+        excluded = excluded | nonfinite_utterances
+        frames_c = frames_c.masked_fill(~finite_rows.unsqueeze(1), 0.0)
+    block_rows = rows_per_block(frames_c.shape[0], weight.shape[0], problem.chunk_size)
+
+    def weighted_pass(excluded_utterances):
+        row_weights = utterance_weights(batch, excluded_utterances, problem.reduction,
+                                        compute_dtype)[utterance_of_frame]
+        dense = fused_pass(frames_c, weight, bias_c, batch.selected_classes, row_weights,
+                           block_rows, problem.precision, need_frames, need_weight, need_bias)
+        return row_weights, dense
+
+    row_weights, dense = weighted_pass(excluded)
+    selected_log_probs = dense.selected_log_probs
+    if any_nonfinite:
+        selected_log_probs.masked_fill_(~finite_rows.unsqueeze(1), float("nan"))
+    frame_offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
+    result = align(selected_log_probs, frame_offsets, batch.frame_counts,
+                   batch.relabeled_targets, batch.target_lengths, batch.alignable,
+                   problem.beam, True, occupancy_dtype=torch.float64)
+    problem.result = result
+    if bool((result.excluded != excluded).any()):
+        # The DP excluded utterances the pass weighted: redo the pass without them (exact).
+        dense = None
+        row_weights, dense = weighted_pass(result.excluded)
+    add_selected_term(dense, frames_c, weight, batch.selected_classes, row_weights,
+                      result.occupancy)
+    losses = result.losses.to(compute_dtype)
+    loss = reduce_losses(losses, batch, result.excluded, problem.reduction)
+    return loss, (dense.grad_frames, dense.grad_weight, dense.grad_bias)
