@@ -2,7 +2,7 @@
 PYTHON_VENV := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup mini test demo
+.PHONY: setup mini test test-e2e demo
 
 setup:
 	@bash scripts/setup_env.sh
@@ -19,4 +19,8 @@ demo: setup
 
 # The test suite (CUDA tests skip without a GPU; long runs need -m slow).
 test: setup
-	$(PYTHON_VENV) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTHON_VENV) -m pytest -q -m "not slow and not e2e" $(PYTEST_ARGS)
+
+# End-to-end recipe runs of a few minutes (the egs/mini quick run); .ci/run runs them too.
+test-e2e: setup
+	$(PYTHON_VENV) -m pytest -q -m "e2e and not slow" $(PYTEST_ARGS)

@@ -1,7 +1,7 @@
 """egs/mini/run.sh end to end: synthesis -> manifests -> fbank -> BPE -> training -> decoding.
 
-The quick mode (a smaller corpus and model, a few minutes on 2 idle cores) runs in the
-default suite and must learn: the validation loss falls from about ln(V) to well under
+The quick mode (a smaller corpus and model, a few minutes on 2 idle cores) runs in
+``make test-e2e`` (which .ci/run runs after the default suite) and must learn: the validation loss falls from about ln(V) to well under
 half of it, and the WER on sentences never seen in training falls below 100% (an
 untrained model scores 100%). The full default run is marked slow.
 """
@@ -40,6 +40,7 @@ def quick_run(recipe_copy, run_recipe):
     return recipe, result
 
 
+@pytest.mark.e2e
 def test_quick_run_learns(quick_run) -> None:
     recipe, result = quick_run
     summary = wer_summary(next((recipe / QUICK_EXP).glob("wer-summary-test-clean-*.txt")))
@@ -53,6 +54,7 @@ def test_quick_run_learns(quick_run) -> None:
     assert f"WER (%) of {QUICK_EXP}, iter-" in result.stdout
 
 
+@pytest.mark.e2e
 def test_test_sentences_never_occur_in_training(quick_run) -> None:
     recipe, _ = quick_run
     manifests = recipe / "data" / "quick" / "manifests"
@@ -62,6 +64,7 @@ def test_test_sentences_never_occur_in_training(quick_run) -> None:
     assert not train & test
 
 
+@pytest.mark.e2e
 def test_rerun_skips_every_finished_stage(quick_run, run_recipe) -> None:
     recipe, _ = quick_run
     result = run_recipe(recipe, "--quick", "1")
