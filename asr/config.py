@@ -169,7 +169,7 @@ class DecodeOptions:
     use_averaged_model: bool = True
     methods: Tuple[str, ...] = DECODING_METHODS
     beam: int = 4  # prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2)
-    token_penalty: float = 0.0  # added per emitted token (paper App. D.3: 0.3 or 0.7 for LLM-CTC)
+    token_penalty: float = 0.0  # added per emitted token (paper App. D.3-D.4: 0.3 or 0.7 for LLM-CTC)
     test_cuts: str = ""  # comma-separated manifests, or NAME=PATH items
     max_duration: float = 0.0  # seconds per batch; 0: data.max_duration
     compute_cer: str = "auto"  # auto (a character lexicon scores characters), true, false

@@ -1,7 +1,7 @@
 """CTC model: Zipformer encoder -> Dropout(0.1) -> vocabulary head, trained with Pruned CTC.
 
 The head's weight and bias go straight to the loss, so training never forms (N, T, V)
-logits (paper Sec. 3). Mixed precision (paper App. D.2): the encoder runs under the
+logits (paper Sec. 3). Mixed precision (paper App. C.2): the encoder runs under the
 caller's bf16/fp16 autocast; dropout, head and loss run in FP32.
 """
 
