@@ -51,8 +51,8 @@ from asr.data import (
     resumable_sampler_state,
 )
 from asr.config import CHANGEABLE_ON_RESUME, RunConfig, TrainOptions, load_run_config
-from asr.family import load_family
-from asr.tokenizer import Tokenizer, load_tokenizer
+from asr.family import load_family, load_lexicon_of
+from asr.tokenizer import Tokenizer
 from asr.train_helpers import (
     Distributed,
     ProgressReport,
@@ -136,8 +136,8 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     setup_logging(exp_dir, "train", dist.rank)
     seed_everything(options.seed)
 
-    # Data. The lexicon decides the model's output classes.
-    tokenizer = load_tokenizer(options.lang_dir)
+    # Data. The lexicon (train.lang_dir's, or the family's own) decides the model's output classes.
+    tokenizer = load_lexicon_of(config.family, config.model, options.lang_dir)
     config.model = with_lexicon_size(config.model, tokenizer)
     family = load_family(config.family)
     model = family.build_model(config.model, tokenizer.vocab_size, tokenizer.blank_id).to(dist.device)

@@ -19,7 +19,16 @@ LLM-CTC decoding: ``model.ctc_log_probs(features, feature_lens)`` or
 beam=4)``. Checkpoints: :mod:`llm_ctc.checkpoint`.
 """
 
-from llm_ctc.checkpoint import build_model, load_model_checkpoint, save_model_checkpoint
 from llm_ctc.config import LLMASRConfig
 
 __all__ = ["LLMASRConfig", "build_model", "load_model_checkpoint", "save_model_checkpoint"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: reading a run's configuration (asr.config imports
+    # llm_ctc.config through this package) must not import torch or transformers.
+    if name in ("build_model", "load_model_checkpoint", "save_model_checkpoint"):
+        from llm_ctc import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module 'llm_ctc' has no attribute {name!r}")
