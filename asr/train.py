@@ -129,8 +129,9 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         raise SystemExit(f"ERROR: {error}") from None
     options = config.train
     exp_dir = Path(options.exp_dir)
-    if finished_already(config):
-        print(f"training: {epoch_checkpoint_path(exp_dir, options.num_epochs)} exists: already finished")
+    finished = finished_already(config)
+    if finished is not None:
+        print(f"training: {finished} exists: already finished")
         return
     dist = setup_distributed(options.device)
     setup_logging(exp_dir, "train", dist.rank)
@@ -191,11 +192,16 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         torch.distributed.destroy_process_group()
 
 
-def finished_already(config: RunConfig) -> bool:
-    """True when a resumable run's last epoch checkpoint exists (nothing left to train)."""
+def finished_already(config: RunConfig) -> Optional[Path]:
+    """The checkpoint that ends a resumable run (its last epoch's, or that of batch
+    ``train.max_batches``) when it exists (nothing left to train), else None."""
     options = config.train
-    return (options.auto_resume and options.start_epoch == 1 and options.start_batch == 0
-            and epoch_checkpoint_path(options.exp_dir, options.num_epochs).is_file())
+    if not options.auto_resume or options.start_epoch != 1 or options.start_batch != 0:
+        return None
+    last = [epoch_checkpoint_path(options.exp_dir, options.num_epochs)]
+    if options.max_batches:
+        last.append(iteration_checkpoint_path(options.exp_dir, options.max_batches))
+    return next((path for path in last if path.is_file()), None)
 
 
 def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:
