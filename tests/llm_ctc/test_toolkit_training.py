@@ -161,3 +161,11 @@ def test_llm_ce_trains_and_decodes_by_generation(corpus, ctc_config, tmp_path) -
     with pytest.raises(SystemExit, match="ctc-greedy-search needs a model with log_probs"):
         decode([f"--exp-dir={tmp_path}", "--epoch=1", "--avg=1", "--use-averaged-model=false",
                 f"--test-cuts=valid={corpus['valid']}", "--num-workers=0", "--method", "ctc-greedy-search"])
+
+
+def test_bf16_autocast_trains_with_finite_weights(corpus, ctc_config, tmp_path) -> None:
+    train(arguments(corpus, ctc_config, tmp_path, "train.precision=bf16", "train.max_batches=2"))
+    state = load(tmp_path / "checkpoint-2.pt")
+    assert state["config"]["train"]["precision"] == "bf16"
+    assert all(torch.isfinite(tensor).all() for tensor in state["model"].values())
+    assert all(tensor.dtype == torch.float32 for tensor in state["model"].values())
