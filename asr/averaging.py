@@ -34,13 +34,39 @@ from asr.checkpoint import (
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     list_iteration_checkpoints,
+    model_weights,
 )
 
 StateDict = Dict[str, torch.Tensor]
 
 
-def make_averaged_model(model: torch.nn.Module) -> torch.nn.Module:
-    """A float64 copy of ``model`` that holds the running average (no gradients)."""
+class AveragedWeights:
+    """The running average of what a checkpoint holds of a model with
+    ``checkpoint_state_dict()`` (e.g. LoRA, projector, query and blank offset next to a
+    frozen LLM): float64 copies of those tensors only, never of the frozen weights."""
+
+    def __init__(self, weights: StateDict) -> None:
+        self._weights = {name: tensor.detach().to(torch.float64 if tensor.is_floating_point() else tensor.dtype,
+                                                  copy=True) for name, tensor in weights.items()}
+
+    def state_dict(self) -> StateDict:
+        """The live tensors (updated in place by :func:`update_averaged_model`)."""
+        return self._weights
+
+    def load_state_dict(self, state: StateDict) -> None:
+        missing, unexpected = sorted(set(self._weights) - set(state)), sorted(set(state) - set(self._weights))
+        if missing or unexpected:
+            raise KeyError(f"averaged weights do not fit this model: missing {missing[:5]}, unexpected "
+                           f"{unexpected[:5]}")
+        for name, tensor in state.items():
+            self._weights[name].copy_(tensor)
+
+
+def make_averaged_model(model: torch.nn.Module) -> Union[torch.nn.Module, AveragedWeights]:
+    """A float64 copy of ``model`` (or of its ``checkpoint_state_dict()`` only, where it
+    has one) that holds the running average (no gradients)."""
+    if hasattr(model, "checkpoint_state_dict"):
+        return AveragedWeights(model.checkpoint_state_dict())
     model_avg = copy.deepcopy(model).to(torch.float64)
     for parameter in model_avg.parameters():
         parameter.requires_grad_(False)
@@ -70,7 +96,7 @@ def update_averaged_model(
     if batch_idx_train <= 0 or batch_idx_train % average_period != 0:
         return False
     weight = average_period / batch_idx_train
-    current = model.state_dict()
+    current = model_weights(model)
     seen_storage = set()
     for name, average in model_avg.state_dict().items():
         if name not in current:

@@ -6,6 +6,10 @@ Files in ``exp_dir`` (icefall's names, so existing tools find them):
 * ``checkpoint-<B>.pt`` every ``save_every_n`` batches, B = global batch count;
   only the newest ``keep_last_k`` of these are kept.
 
+A model with ``checkpoint_state_dict()`` / ``load_checkpoint_state_dict()`` (an LLM
+family: the trainable parameters only, the frozen parts named in the configuration)
+is saved and loaded through them (:func:`model_weights`, :func:`load_model_weights`).
+
 A checkpoint holds everything a resumed run needs to continue as if it had not
 stopped: model, averaged model (:mod:`asr.averaging`), optimizer,
 scheduler, grad scaler, sampler state, RNG states, ``batch_idx_train``, epoch and
@@ -52,6 +56,22 @@ def check_format_version(checkpoint: Any, path: PathLike) -> None:
             f"{path} is a checkpoint of format version {version}; this code reads version "
             f"{CHECKPOINT_FORMAT_VERSION} (icefall's positional-encoding sign). Convert it with: "
             f"python -m zipformer.checkpoint_upgrade {path} NEW.pt")
+
+
+def model_weights(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """What a checkpoint holds of ``model``: ``checkpoint_state_dict()`` where the model
+    has one, else ``state_dict()``."""
+    getter = getattr(model, "checkpoint_state_dict", None)
+    return getter() if getter is not None else model.state_dict()
+
+
+def load_model_weights(model: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
+    """Inverse of :func:`model_weights`."""
+    loader = getattr(model, "load_checkpoint_state_dict", None)
+    if loader is not None:
+        loader(weights)
+    else:
+        model.load_state_dict(weights)
 
 
 def epoch_checkpoint_path(exp_dir: PathLike, epoch: int) -> Path:
@@ -129,7 +149,7 @@ def save_checkpoint(
     if model_avg is not None and average_period is None:
         raise ValueError("save_checkpoint: model_avg given without average_period")
     contents: Dict[str, Any] = {
-        "model": model.state_dict(),
+        "model": model_weights(model),
         "model_avg": None if model_avg is None else model_avg.state_dict(),
         "average_period": average_period,
         "optimizer": None if optimizer is None else optimizer.state_dict(),
@@ -189,7 +209,7 @@ def load_checkpoint(
             checkpoint.get("config", {}), expected_config, source=path, ignore=ignore_config_fields
         )
     if model is not None:
-        model.load_state_dict(checkpoint["model"])
+        load_model_weights(model, checkpoint["model"])
     if model_avg is not None:
         if checkpoint.get("model_avg") is None:
             raise KeyError(f"{path} has no model_avg entry to load")

@@ -38,12 +38,17 @@ PathLike = Union[str, Path]
 PRECISIONS = ("fp32", "bf16", "fp16")
 SECTIONS = ("model", "optim", "data", "train", "decode")
 DECODING_METHODS = ("ctc-greedy-search", "ctc-prefix-beam-search")
+# Decoding by autoregressive generation (LLM-CE, paper Sec. 4.1): for models with
+# ``generate_ids`` (asr.family); decode.beam is the generation beam.
+GENERATION_METHODS = ("llm-greedy-search", "llm-beam-search")
+ALL_DECODING_METHODS = DECODING_METHODS + GENERATION_METHODS
 
 # Model families: name -> (model section class, optim section class, the module that
 # builds model and optimizer; see asr.family). The classes' modules import the standard
 # library only.
 FAMILIES: Dict[str, Tuple[str, str, str]] = {
     "zipformer": ("zipformer.presets:ZipformerConfig", "zipformer.presets:ScaledAdamOptions", "zipformer.family"),
+    "llm_ctc": ("llm_ctc.config:LLMASRConfig", "llm_ctc.options:AdamWOptions", "llm_ctc.family"),
 }
 DEFAULT_FAMILY = "zipformer"
 
@@ -168,7 +173,7 @@ class DecodeOptions:
     avg: int = 1
     use_averaged_model: bool = True
     methods: Tuple[str, ...] = DECODING_METHODS
-    beam: int = 4  # prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2)
+    beam: int = 4  # prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2), hypotheses by llm-beam-search
     token_penalty: float = 0.0  # added per emitted token (paper App. D.3-D.4: 0.3 or 0.7 for LLM-CTC)
     test_cuts: str = ""  # comma-separated manifests, or NAME=PATH items
     max_duration: float = 0.0  # seconds per batch; 0: data.max_duration
@@ -179,10 +184,10 @@ class DecodeOptions:
     def __post_init__(self) -> None:
         self.methods = tuple(dict.fromkeys(self.methods))
         for method in self.methods:
-            if method not in DECODING_METHODS:
-                raise ValueError(f"decode.methods: unknown method {method!r}; valid: {list(DECODING_METHODS)}")
+            if method not in ALL_DECODING_METHODS:
+                raise ValueError(f"decode.methods: unknown method {method!r}; valid: {list(ALL_DECODING_METHODS)}")
         if not self.methods:
-            raise ValueError(f"decode.methods is empty; valid: {list(DECODING_METHODS)}")
+            raise ValueError(f"decode.methods is empty; valid: {list(ALL_DECODING_METHODS)}")
         if self.epoch != "last" and not _is_count(self.epoch, minimum=1):
             raise ValueError(f"decode.epoch must be a positive number or 'last', got {self.epoch!r}")
         if self.iter != "last" and not _is_count(self.iter, minimum=0):

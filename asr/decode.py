@@ -40,16 +40,17 @@ from asr.checkpoint import (
     check_config_matches,
     list_epoch_checkpoints,
     list_iteration_checkpoints,
+    load_model_weights,
     read_checkpoint_entry,
 )
-from asr.config import CHANGEABLE_ON_RESUME, DecodeOptions, RunConfig, load_run_config
+from asr.config import CHANGEABLE_ON_RESUME, GENERATION_METHODS, DecodeOptions, RunConfig, load_run_config
 from asr.cut_filters import FRAME_SHIFT_SECONDS, cut_text
 from asr.data import build_valid_dataloader, load_cuts_lazy
-from asr.family import load_family
+from asr.family import load_family, load_lexicon_of
 from asr.logs import format_duration, setup_logging
 from asr.scoring import Result, normalize_gigaspeech_text, read_wer_summary, save_results
 from asr.search import ctc_greedy_search, ctc_prefix_beam_search
-from asr.tokenizer import CharTokenizer, Tokenizer, load_tokenizer
+from asr.tokenizer import CharTokenizer, Tokenizer
 
 TEXT_NORMALIZERS: Dict[str, Optional[Callable[[str], str]]] = {
     "none": None,
@@ -113,11 +114,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
 
     # Model and lexicon, as trained.
     logging.info("decoding with %s (%s)", ", ".join(str(p) for p in weights.paths), weights.suffix)
+    real_time_factors: Dict[str, Dict[str, float]] = {}
     device = choose_device(options.device)
     model = load_family(weights.saved.family).build_model(weights.saved.model, tokenizer.vocab_size,
                                                            tokenizer.blank_id)
-    model.load_state_dict(weights_for_decoding(exp_dir, epoch=weights.epoch, iteration=weights.iteration,
-                                               avg=options.avg, use_averaged_model=options.use_averaged_model))
+    check_methods(model, options.methods, weights.saved.family)
+    load_model_weights(model, weights_for_decoding(exp_dir, epoch=weights.epoch, iteration=weights.iteration,
+                                                   avg=options.avg, use_averaged_model=options.use_averaged_model))
+    if hasattr(model, "prepare_for_decoding"):
+        model.prepare_for_decoding()
     model.to(device).eval()
     data = dataclasses.replace(config.data, max_duration=options.max_duration or config.data.max_duration)
 
@@ -128,10 +133,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
             continue
         logging.info("test set %s: %d cuts, %.1f minutes of audio, from %s", name, num_cuts, seconds / 60, manifest)
         loader = build_valid_dataloader(dataclasses.replace(data, valid_cuts=str(manifest)))
-        results = decode_test_set(model, loader, tokenizer, options, device, name, num_cuts, seconds)
+        results, rtfs = decode_test_set(model, loader, tokenizer, options, device, name, num_cuts, seconds)
         rates[name] = save_results(exp_dir, name, results, compute_cer=compute_cer,
                                    text_normalizer=TEXT_NORMALIZERS[options.text_normalization], suffix=weights.suffix)
-    print_summary(rates, exp_dir, weights.suffix, unit)
+        real_time_factors[name] = rtfs
+    print_summary(rates, exp_dir, weights.suffix, unit, real_time_factors)
     return rates
 
 
@@ -193,26 +199,46 @@ def resolve_last(value: str, found: List[Tuple[int, Path]], exp_dir: Path, patte
     return found[0][0]
 
 
+def check_methods(model: torch.nn.Module, methods: Sequence[str], family: str) -> None:
+    """CTC search needs ``log_probs``, generation ``generate_ids`` (asr.family)."""
+    for method in methods:
+        needed = "generate_ids" if method in GENERATION_METHODS else "log_probs"
+        if not hasattr(model, needed):
+            kind = "generation (llm-* methods)" if needed == "log_probs" else "CTC search (ctc-* methods)"
+            raise SystemExit(f"ERROR: decode.methods: {method} needs a model with {needed}(), but this "
+                             f"{family} model ({type(model).__name__}) decodes by {kind} only")
+
+
 def decode_test_set(
     model: torch.nn.Module, loader: torch.utils.data.DataLoader, tokenizer: Tokenizer, options: DecodeOptions,
     device: torch.device, name: str, num_cuts: int, seconds: float,
-) -> Dict[str, List[Result]]:
-    """Decoding setting -> (cut_id, reference words, hypothesis words) of every cut."""
+) -> Tuple[Dict[str, List[Result]], Dict[str, float]]:
+    """Decoding setting -> (cut_id, reference words, hypothesis words) of every cut, and
+    decoding setting -> real-time factor (seconds of computation per second of audio;
+    the CTC methods share the time of the model's one forward pass per batch)."""
     results: Dict[str, List[Result]] = {method_key(m, options): [] for m in options.methods}
+    busy = {method_key(m, options): 0.0 for m in options.methods}
+    ctc_methods = [m for m in options.methods if m not in GENERATION_METHODS]
     started, done_cuts, done_seconds = time.monotonic(), 0, 0.0
     last_report = started
     for batch_index, batch in enumerate(loader, start=1):
-        with torch.inference_mode():
-            log_probs, lengths = model.log_probs(batch["features"].to(device), batch["feature_lens"].to(device))
-        references = [text.split() for text in batch["texts"]]
+        features, feature_lens = batch["features"].to(device), batch["feature_lens"].to(device)
+        # An LLM tokenizer's hypotheses are lowercased: so are its references.
+        references = [tokenizer.normalize_reference(text).split() for text in batch["texts"]]
+        forward_seconds = 0.0
+        if ctc_methods:
+            forward_started = time.perf_counter()
+            with torch.inference_mode():
+                log_probs, lengths = model.log_probs(features, feature_lens)
+            forward_seconds = time.perf_counter() - forward_started
         for method in options.methods:
-            if method == "ctc-greedy-search":
-                token_ids = ctc_greedy_search(log_probs, lengths, blank_id=tokenizer.blank_id)
-            else:
-                token_ids = ctc_prefix_beam_search(log_probs, lengths, beam=options.beam, blank_id=tokenizer.blank_id,
-                                                   token_penalty=options.token_penalty)
+            method_started = time.perf_counter()
+            token_ids = search_batch(model, method, options, tokenizer.blank_id, features, feature_lens,
+                                     *((log_probs, lengths) if method in ctc_methods else (None, None)))
             hypotheses = [text.split() for text in tokenizer.decode_batch(token_ids)]
-            results[method_key(method, options)].extend(zip(batch["cut_ids"], references, hypotheses))
+            key = method_key(method, options)
+            busy[key] += time.perf_counter() - method_started + (forward_seconds if method in ctc_methods else 0.0)
+            results[key].extend(zip(batch["cut_ids"], references, hypotheses))
         done_cuts += len(batch["cut_ids"])
         done_seconds += batch["feature_lens"].sum().item() * FRAME_SHIFT_SECONDS
         now = time.monotonic()
@@ -223,23 +249,41 @@ def decode_test_set(
             logging.info("%s: batch %d, %d/%d cuts, %.1f cuts/s, real-time factor %.4f, ETA %s",
                          name, batch_index, done_cuts, num_cuts, done_cuts / elapsed,
                          elapsed / max(done_seconds, 1e-9), format_duration(eta))
-    return results
+    rtfs = {key: spent / max(done_seconds, 1e-9) for key, spent in busy.items()}
+    for key, rtf in rtfs.items():
+        logging.info("%s, %s: real-time factor %.4f (%.1f s for %.1f s of audio)", name, key, rtf, busy[key],
+                     done_seconds)
+    return results, rtfs
+
+
+def search_batch(model: torch.nn.Module, method: str, options: DecodeOptions, blank_id: int, features: torch.Tensor,
+                 feature_lens: torch.Tensor, log_probs: Optional[torch.Tensor],
+                 lengths: Optional[torch.Tensor]) -> List[List[int]]:
+    """Token ids per utterance of one decoding method."""
+    if method == "ctc-greedy-search":
+        return ctc_greedy_search(log_probs, lengths, blank_id=blank_id)
+    if method == "ctc-prefix-beam-search":
+        return ctc_prefix_beam_search(log_probs, lengths, beam=options.beam, blank_id=blank_id,
+                                      token_penalty=options.token_penalty)
+    with torch.inference_mode():
+        return model.generate_ids(features, feature_lens, beam=None if method == "llm-greedy-search" else options.beam)
 
 
 def method_key(method: str, options: DecodeOptions) -> str:
     """The setting's name in file names and summaries (icefall's, plus a nonzero token penalty)."""
-    if method == "ctc-greedy-search":
+    if method in ("ctc-greedy-search", "llm-greedy-search"):
         return method
     key = f"{method}_beam-{options.beam}"
-    if options.token_penalty:
+    if options.token_penalty and method == "ctc-prefix-beam-search":
         key += f"_token-penalty-{options.token_penalty:g}"
     return key
 
 
 def load_lexicon(lang_dir: str, saved: RunConfig) -> Tokenizer:
-    """The tokenizer of ``lang_dir``; its size must be the trained model's output size."""
+    """The tokenizer of ``lang_dir`` (or the family's own); its size must be the trained
+    model's output size."""
     try:
-        tokenizer = load_tokenizer(lang_dir)
+        tokenizer = load_lexicon_of(saved.family, saved.model, lang_dir)
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"ERROR: train.lang_dir: {error}") from None
     trained_size = getattr(saved.model, "vocab_size", tokenizer.vocab_size)
@@ -288,14 +332,18 @@ def count_cuts(manifest: Path) -> Tuple[int, float]:
     return count, seconds
 
 
-def print_summary(rates: Dict[str, Dict[str, float]], exp_dir: Path, suffix: str, unit: str) -> None:
+def print_summary(rates: Dict[str, Dict[str, float]], exp_dir: Path, suffix: str, unit: str,
+                  real_time_factors: Optional[Dict[str, Dict[str, float]]] = None) -> None:
+    """The table of error rates (and the real-time factor of the sets decoded now)."""
     if not rates:
         print("No test set had cuts: nothing was decoded.")
         return
+    real_time_factors = real_time_factors or {}
     lines = [f"{unit} (%) of {exp_dir}, {suffix}:"]
     for name, by_key in rates.items():
         for key, rate in sorted(by_key.items(), key=lambda item: item[1]):
-            lines.append(f"  {name:<16} {key:<40} {rate:6.2f}")
+            rtf = real_time_factors.get(name, {}).get(key)
+            lines.append(f"  {name:<16} {key:<40} {rate:6.2f}" + ("" if rtf is None else f"   RTF {rtf:.4f}"))
     print("\n".join(lines))
 
 

@@ -55,6 +55,10 @@ class Tokenizer(abc.ABC):
         """Text of each hypothesis of a batch."""
         return [self.decode(ids) for ids in batch_ids]
 
+    def normalize_reference(self, text: str) -> str:
+        """A reference transcript as this lexicon's hypotheses spell it (scoring)."""
+        return text
+
 
 class BpeTokenizer(Tokenizer):
     """Sentencepiece BPE/unigram model with icefall's special-symbol ids.

@@ -51,8 +51,8 @@ from asr.data import (
     resumable_sampler_state,
 )
 from asr.config import CHANGEABLE_ON_RESUME, RunConfig, TrainOptions, load_run_config
-from asr.family import load_family
-from asr.tokenizer import Tokenizer, load_tokenizer
+from asr.family import load_family, load_lexicon_of
+from asr.tokenizer import Tokenizer
 from asr.train_helpers import (
     Distributed,
     ProgressReport,
@@ -129,15 +129,16 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         raise SystemExit(f"ERROR: {error}") from None
     options = config.train
     exp_dir = Path(options.exp_dir)
-    if finished_already(config):
-        print(f"training: {epoch_checkpoint_path(exp_dir, options.num_epochs)} exists: already finished")
+    finished = finished_already(config)
+    if finished is not None:
+        print(f"training: {finished} exists: already finished")
         return
     dist = setup_distributed(options.device)
     setup_logging(exp_dir, "train", dist.rank)
     seed_everything(options.seed)
 
-    # Data. The lexicon decides the model's output classes.
-    tokenizer = load_tokenizer(options.lang_dir)
+    # Data. The lexicon (train.lang_dir's, or the family's own) decides the model's output classes.
+    tokenizer = load_lexicon_of(config.family, config.model, options.lang_dir)
     config.model = with_lexicon_size(config.model, tokenizer)
     family = load_family(config.family)
     model = family.build_model(config.model, tokenizer.vocab_size, tokenizer.blank_id).to(dist.device)
@@ -191,11 +192,16 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         torch.distributed.destroy_process_group()
 
 
-def finished_already(config: RunConfig) -> bool:
-    """True when a resumable run's last epoch checkpoint exists (nothing left to train)."""
+def finished_already(config: RunConfig) -> Optional[Path]:
+    """The checkpoint that ends a resumable run (its last epoch's, or that of batch
+    ``train.max_batches``) when it exists (nothing left to train), else None."""
     options = config.train
-    return (options.auto_resume and options.start_epoch == 1 and options.start_batch == 0
-            and epoch_checkpoint_path(options.exp_dir, options.num_epochs).is_file())
+    if not options.auto_resume or options.start_epoch != 1 or options.start_batch != 0:
+        return None
+    last = [epoch_checkpoint_path(options.exp_dir, options.num_epochs)]
+    if options.max_batches:
+        last.append(iteration_checkpoint_path(options.exp_dir, options.max_batches))
+    return next((path for path in last if path.is_file()), None)
 
 
 def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:

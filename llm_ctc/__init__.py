@@ -24,7 +24,16 @@ microbatch (8 for validation); inference ``llm_ctc.streaming_recognizer.Streamin
 (or ``recognize_streaming`` for a batch) and ``python -m llm_ctc.stream``.
 """
 
-from llm_ctc.checkpoint import build_model, load_model_checkpoint, save_model_checkpoint
 from llm_ctc.config import LLMASRConfig
 
 __all__ = ["LLMASRConfig", "build_model", "load_model_checkpoint", "save_model_checkpoint"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: reading a run's configuration (asr.config imports
+    # llm_ctc.config through this package) must not import torch or transformers.
+    if name in ("build_model", "load_model_checkpoint", "save_model_checkpoint"):
+        from llm_ctc import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module 'llm_ctc' has no attribute {name!r}")

@@ -50,6 +50,11 @@ class LLMTokenizer(Tokenizer):
         kept = [int(i) for i in ids if int(i) != self._blank_id and 0 <= int(i) < self._tokenizer_size]
         return self.tokenizer.decode(kept, skip_special_tokens=True)
 
+    def normalize_reference(self, text: str) -> str:
+        """Lowercased, as the targets are (App. D.2): references are scored against
+        lowercase hypotheses."""
+        return text.lower()
+
 
 def search(log_probs: Tensor, lengths: Tensor, blank_id: int, method: str = "ctc-greedy-search",
            beam: int = 4, token_penalty: float = 0.0) -> List[List[int]]:

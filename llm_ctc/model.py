@@ -95,6 +95,7 @@ class LLMCTCModel(SpeechLLM):
             "not_alignable": stats.num_not_alignable,
             "selected_classes": stats.num_selected_classes,
             "blank_offset": float(self.blank_offset.detach()),
+            "loss_stats": stats,  # pruned_ctc.LossStats (per-utterance exclusions, for asr.train)
         }
 
     def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets) -> Tuple[Tensor, Dict[str, Any]]:

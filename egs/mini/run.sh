@@ -5,9 +5,15 @@
 #   ./run.sh --ctc-loss standard  # the same with standard (dense) CTC, for comparison
 #   ./run.sh --quick 1            # a few-minute smoke run (smaller corpus and model)
 #   ./run.sh --stage 4 --stop-stage 5 --train-config conf/train.yaml
+#   ./run.sh --stage 6 --stop-stage 6                           # ONNX export + sherpa-onnx
+#   ./run.sh --stage 7 --stop-stage 9                           # LLM-CTC after stages 0-5
+#   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
-# section); 6 (not run by default) exports those weights to ONNX and decodes with sherpa-onnx.
+# section). Not run by default: 6 exports those weights to ONNX and decodes with sherpa-onnx;
+# (RESULTS.md, "LLM-CTC") 7 the LLM's parts (stage 5's decoding weights of the Zipformer as
+# one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts),
+# 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -16,8 +22,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
 
 stop_stage=5
+llm_config=conf/llm_ctc.yaml   # the preset of stages 7-8 (conf/llm_ce.yaml: LLM-CE)
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
-  train_config train_args decode_args)
+  train_config train_args decode_args llm_config)
 # --quick 1 changes the defaults: read it first, then let explicit options win.
 for ((i = 1; i <= $#; i++)); do
   case "${!i}" in
@@ -96,4 +103,29 @@ fi
 
 if run_stage 6 "export the same weights to ONNX and decode test-clean with sherpa-onnx"; then
   export_onnx_and_decode "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
+fi
+
+# The LLM stages: the Zipformer above, frozen, as the speech encoder of an LLM.
+encoder_weights=$exp_dir/decoding.pt
+llm_dir=$data_dir/tiny_qwen3
+if run_stage 7 "LLM parts: the decoding weights of $exp_dir as $encoder_weights, a tiny Qwen3 in $llm_dir"; then
+  python -m local.export_decoding_weights "$exp_dir" "$encoder_weights"
+  python -m local.pretrain_tiny_lm "$llm_dir" \
+    --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
+fi
+
+if [ "$stage" -le 9 ] && [ "$stop_stage" -ge 8 ]; then
+  train_config=$llm_config
+  exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)
+  training_settings model.llm="$llm_dir" model.encoder_path="$encoder_weights" \
+    data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
+    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz"
+fi
+
+if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_dir"; then
+  train_model
+fi
+
+if run_stage 9 "decode test-clean with the LLM of $exp_dir"; then
+  decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
 fi

