@@ -10,7 +10,7 @@ and :meth:`SpeechLLM.merge_lora` for inference.
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
