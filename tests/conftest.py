@@ -67,3 +67,21 @@ def build_cut_corpus(root: Path, train: CutItems, valid: CutItems, musan: Option
 @pytest.fixture(scope="session")
 def make_cut_corpus() -> Callable[..., Dict[str, Path]]:
     return build_cut_corpus
+
+
+# Six short training cuts and one validation cut: a few batches of a tiny model per epoch.
+SMALL_TRAIN = {
+    "utt-a": (1.2, "HELLO WORLD"),
+    "utt-b": (1.4, "PRUNED CTC"),
+    "utt-c": (1.6, "A SMALL TEST"),
+    "utt-d": (1.8, "QUICK BROWN FOX"),
+    "utt-e": (2.0, "JUMPS OVER"),
+    "utt-f": (2.2, "THE LAZY DOG"),
+}
+SMALL_VALID = {"utt-v": (1.5, "VALID")}
+
+
+@pytest.fixture(scope="session")
+def small_training_corpus(tmp_path_factory) -> Dict[str, Path]:
+    """The training tests' corpus (tests/asr/test_train.py, tests/llm_ctc/test_toolkit_training.py), built once."""
+    return build_cut_corpus(tmp_path_factory.mktemp("small_training_corpus"), train=SMALL_TRAIN, valid=SMALL_VALID)

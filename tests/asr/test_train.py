@@ -14,20 +14,9 @@ from asr.checkpoint import CheckpointConfigMismatch
 from asr.config import load_run_config
 from asr.train import NoTrainingBatches, main
 
-TRAIN = {
-    "utt-a": (1.2, "HELLO WORLD"),
-    "utt-b": (1.4, "PRUNED CTC"),
-    "utt-c": (1.6, "A SMALL TEST"),
-    "utt-d": (1.8, "QUICK BROWN FOX"),
-    "utt-e": (2.0, "JUMPS OVER"),
-    "utt-f": (2.2, "THE LAZY DOG"),
-}
-VALID = {"utt-v": (1.5, "VALID")}
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
-    return make_cut_corpus(tmp_path_factory.mktemp("train_corpus"), train=TRAIN, valid=VALID)
+def corpus(small_training_corpus) -> Dict[str, Path]:
+    return small_training_corpus
 
 
 def arguments(corpus: Dict[str, Path], exp_dir: Path, *extra: str) -> List[str]:

@@ -12,20 +12,9 @@ import torch
 from asr.decode import main as decode
 from asr.train import main as train
 
-TRAIN = {
-    "utt-a": (1.2, "HELLO WORLD"),
-    "utt-b": (1.4, "PRUNED CTC"),
-    "utt-c": (1.6, "A SMALL TEST"),
-    "utt-d": (1.8, "QUICK BROWN FOX"),
-    "utt-e": (2.0, "JUMPS OVER"),
-    "utt-f": (2.2, "THE LAZY DOG"),
-}
-VALID = {"utt-v": (1.5, "VALID")}
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, make_cut_corpus) -> Dict[str, Path]:
-    return make_cut_corpus(tmp_path_factory.mktemp("llm_corpus"), train=TRAIN, valid=VALID)
+def corpus(small_training_corpus) -> Dict[str, Path]:
+    return small_training_corpus
 
 
 def arguments(corpus, ctc_config, exp_dir: Path, *extra: str) -> List[str]:
