@@ -87,9 +87,9 @@ def test_bad_options_are_named(recipe_copy, run_recipe) -> None:
 
 @pytest.mark.slow
 def test_default_run_learns(recipe_copy) -> None:
-    # The recipe's goal; measured 14-15% (RESULTS.md).
+    # The recipe's goal; measured 12.2% greedy, 10.9% prefix beam (RESULTS.md).
     recipe = recipe_copy("mini")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run(["bash", str(recipe / "run.sh")], cwd=recipe, env=env, check=True, timeout=3600)
     summary = wer_summary(next((recipe / "exp" / "full_pruned_ctc").glob("wer-summary-test-clean-*.txt")))
-    assert all(rate <= 20.0 for rate in summary.values()), summary
+    assert all(rate <= 15.0 for rate in summary.values()), summary
