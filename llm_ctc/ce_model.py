@@ -50,7 +50,7 @@ class LLMCEModel(SpeechLLM):
 
     def head_logits(self, states: Tensor) -> Tensor:
         """Float32 logits of the LLM head for the given rows only."""
-        return head_logits(states, self.lm_head.weight, self.lm_head.bias, self.config.chunk_size)
+        return head_logits(states, self.lm_head.weight, self.lm_head.bias, self.config.head_chunk_size)
 
     def template_embeddings(self) -> Tuple[Tensor, Tensor]:
         def embed(ids: List[int]) -> Tensor:

@@ -9,6 +9,7 @@ query vector, blank offset). Defaults are the paper's (App. D.2).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -65,8 +66,10 @@ class LLMASRConfig:
     query_std: float = 0.02
     blank_id: Optional[int] = None
     blank_cosine_threshold: float = 0.999
-    chunk_size: int = 4096
-    beam: Optional[float] = 100.0
+    # Pruned CTC's vocabulary chunk and alignment beam (paper Sec. 3.2-3.3); None takes
+    # pruned_ctc's defaults, beam=inf keeps every alignment.
+    chunk_size: Optional[int] = None
+    beam: Optional[float] = None
     # LoRA (peft) on the LLM backbone; rank 0 turns LoRA off.
     lora_rank: int = 64
     lora_alpha: float = 64.0
@@ -98,7 +101,7 @@ class LLMASRConfig:
             raise ValueError("model.encoder_checkpoint_entry must be 'model' or 'model_avg', got "
                              f"{self.encoder_checkpoint_entry!r}")
         for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens", "ce_beam"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.lora_rank < 0:
             raise ValueError(f"model.lora_rank must be >= 0 (0: no LoRA), got {self.lora_rank}")
@@ -113,6 +116,22 @@ class LLMASRConfig:
             raise ValueError(f"model.blank_id must be >= 0 or None, got {self.blank_id}")
         if self.beam is not None and not self.beam > 0:
             raise ValueError(f"model.beam must be > 0 or None, got {self.beam}")
+
+    def pruning_options(self) -> Dict[str, Any]:
+        """chunk_size and beam for ``pruned_ctc_loss``: unset ones keep its defaults."""
+        options: Dict[str, Any] = {}
+        if self.chunk_size is not None:
+            options["chunk_size"] = self.chunk_size
+        if self.beam is not None:
+            options["beam"] = None if math.isinf(self.beam) else self.beam
+        return options
+
+    @property
+    def head_chunk_size(self) -> int:
+        """Vocabulary columns per block when decoding computes the full head."""
+        from pruned_ctc import DEFAULT_CHUNK_SIZE
+
+        return self.chunk_size or DEFAULT_CHUNK_SIZE
 
     @property
     def tokenizer_path(self) -> str:

@@ -2,8 +2,9 @@
 
 features -> frozen encoder -> projector -> E_n (T_n x D) -> LLM backbone (LoRA) on
 [prompt, E_n] (speech readout) or [prompt, E_n, q 1_{T_n}] (query readout) -> final-norm
-states X at the T_n readout positions -> ``pruned_ctc_loss(X, W, b_pre + eta e_blank)``.
-The head W stays frozen (no weight gradient); eta and the trainable parts learn.
+states X at the T_n readout positions -> ``pruned_ctc_loss(X, W, b_pre, blank_offset=eta)``
+(logits X W^T + b_pre + eta e_blank). The head W and b_pre stay frozen, so the loss runs its
+two-product frozen-head schedule; eta and the trainable parts learn.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class LLMCTCModel(SpeechLLM):
         appended = weight.shape[0] != self.lm_head.weight.shape[0]
         self.register_buffer("extended_head_weight", weight if appended else None, persistent=False)
         self.register_buffer("pretrained_bias", bias, persistent=False)
+        self.has_pretrained_bias = self.lm_head.bias is not None
         self.blank_offset = nn.Parameter(torch.tensor(
             initial_blank_offset(weight, blank, config.blank_cosine_threshold), dtype=torch.float32))
         self.prompt_ids = self.tokenizer.encode(config.prompt, add_special_tokens=False)
@@ -85,9 +87,10 @@ class LLMCTCModel(SpeechLLM):
         from pruned_ctc import pruned_ctc_loss
 
         loss, stats = pruned_ctc_loss(
-            states, self.head_weight, self.head_bias(), targets, lens, target_lengths=target_lengths,
-            blank_id=self.blank_id, chunk_size=self.config.chunk_size, beam=self.config.beam,
-            reduction="sum", return_stats=True)
+            states, self.head_weight, self.pretrained_bias if self.has_pretrained_bias else None,
+            targets, lens, target_lengths=target_lengths, blank_id=self.blank_id,
+            reduction="sum", return_stats=True, blank_offset=self.blank_offset,
+            **self.config.pruning_options())
         return loss, {
             "frames": int(lens.sum()),
             "utterances": stats.num_utterances,
@@ -107,5 +110,5 @@ class LLMCTCModel(SpeechLLM):
         return self.log_probs_of_states(states), lens
 
     def log_probs_of_states(self, states: Tensor) -> Tensor:
-        logits = head_logits(states, self.head_weight, self.head_bias(), self.config.chunk_size)
+        logits = head_logits(states, self.head_weight, self.head_bias(), self.config.head_chunk_size)
         return logits.log_softmax(dim=-1)

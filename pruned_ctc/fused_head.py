@@ -110,8 +110,10 @@ def fused_pass(frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
 
 def add_selected_term(dense: FusedPass, frames: torch.Tensor, weight: torch.Tensor,
                       selected_classes: torch.Tensor, row_weights: torch.Tensor,
-                      occupancy: torch.Tensor) -> None:
-    """Adds w (p_U - gamma) on the K selected columns (eq. 9) to the pass's gradients.
+                      occupancy: torch.Tensor) -> torch.Tensor:
+    """Adds w (p_U - gamma) on the K selected columns (eq. 9) to the pass's gradients and
+    returns its sum over the blank column (FP64 scalar): the gradient of an offset added
+    to the blank logit.
 
     p_U and gamma (FP64 from the DP) nearly cancel on a trained model: their difference is
     formed in FP64 and rounded once, like S (App. B.2); an (M, K) cost."""
@@ -125,10 +127,12 @@ def add_selected_term(dense: FusedPass, frames: torch.Tensor, weight: torch.Tens
                                   probabilities.sub_(occupancy).mul_(row_weights64), 0.0)
     selected_grad = selected_grad64.to(frames.dtype)
     if dense.grad_frames is not None:
-        dense.grad_frames.addmm_(selected_grad, weight.index_select(0, selected_classes))
+        dense.grad_frames.addmm_(selected_grad,
+                                 weight.index_select(0, selected_classes).to(frames.dtype))
     if dense.grad_weight is not None:
         dense.grad_weight.index_add_(0, selected_classes, selected_grad.t() @ frames)
     if dense.grad_bias is not None:
         # The sum over M rows of a nearly cancelling difference: in FP64 too.
         column_sums = selected_grad64.sum(dim=0).to(frames.dtype)
         dense.grad_bias.index_add_(0, selected_classes, column_sums)
+    return selected_grad64[:, 0].sum()

@@ -277,3 +277,27 @@ def prepare_batch(
         relabeled_targets=relabeled,
         alignable=alignable,
     )
+
+
+def check_blank_offset(blank_offset: Optional[torch.Tensor], encoder_out: torch.Tensor) -> None:
+    if blank_offset is None:
+        return
+    if not isinstance(blank_offset, torch.Tensor) or not blank_offset.is_floating_point():
+        raise TypeError(f"blank_offset must be a floating-point torch.Tensor or None, got "
+                        f"{type(blank_offset).__name__}")
+    if blank_offset.numel() != 1:
+        raise ValueError(f"blank_offset must hold one value (a scalar added to the blank "
+                         f"logit), got shape {tuple(blank_offset.shape)}")
+    if blank_offset.device != encoder_out.device:
+        raise ValueError(f"blank_offset is on {blank_offset.device}, encoder_out on "
+                         f"{encoder_out.device}")
+
+
+def bias_with_blank_offset(bias: Optional[torch.Tensor], blank_offset: torch.Tensor,
+                           blank_id: int, weight: torch.Tensor) -> torch.Tensor:
+    """bias + blank_offset e_blank (V,), differentiable in both."""
+    base = bias if bias is not None else weight.new_zeros(weight.shape[0],
+                                                           dtype=blank_offset.dtype)
+    one_hot = torch.zeros_like(base)
+    one_hot[blank_id] = 1
+    return base + blank_offset.reshape(()).to(base.dtype) * one_hot

@@ -11,8 +11,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .inputs import (DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, Targets, check_head_inputs,
-                     check_options, prepare_batch)
+from .inputs import (DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, Targets, bias_with_blank_offset,
+                     check_blank_offset, check_head_inputs, check_options, prepare_batch)
 from .results import LossStats, reduce_losses, warn_if_excluded
 from .vocab_chunks import compute_dtype_for
 
@@ -30,12 +30,16 @@ def standard_ctc_loss(
     beam: Optional[float] = DEFAULT_BEAM,
     reduction: str = "sum",
     return_stats: bool = False,
+    blank_offset: Optional[torch.Tensor] = None,
 ):
     """Same arguments and results as :func:`pruned_ctc.pruned_ctc_loss`; ``chunk_size``
     and ``beam`` are accepted for signature compatibility and ignored (every alignment
     is kept). The head and the loss run in FP32 (FP64 for FP64 inputs)."""
     check_head_inputs(encoder_out, weight, bias)
     check_options(chunk_size, beam, blank_id, weight.shape[0], reduction)
+    check_blank_offset(blank_offset, encoder_out)
+    if blank_offset is not None:
+        bias = bias_with_blank_offset(bias, blank_offset, blank_id, weight)
     batch = prepare_batch(encoder_out, weight.shape[0], targets, encoder_out_lens,
                           target_lengths, blank_id)
     compute_dtype = compute_dtype_for(encoder_out.dtype)

@@ -4,9 +4,10 @@
 Synthetic batches as in App. C.2: utterances of exactly 100 encoder frames (M / 100 of
 them), D = 512, about 25 target tokens per utterance with ids drawn from a Zipf-like
 distribution. Methods: ``standard`` (logits, log_softmax, torch CTC), ``unpruned``
-(Pruned CTC, beam None) and ``pruned`` (beam 100). ``--frozen-head`` leaves the weight
-without a gradient (the LLM-CTC case, App. C.3: D = 1,024, V = 151,936 is Qwen3-0.6B's
-head); the bias and the head input still get theirs.
+(Pruned CTC, beam None) and ``pruned`` (beam 100). ``--frozen-head`` is the LLM-CTC case
+(App. C.3, D.2: D = 1,024, V = 151,936 is Qwen3-0.6B's head): the weight and bias without
+gradients, a trainable blank offset eta added to the blank logit, the head input with its
+gradient.
 
 Memory (App. C.1): every (method, V, M) runs in a fresh process, measured after the
 warm-up and the timed runs, in one more forward and backward. It is the peak above the
@@ -111,6 +112,17 @@ def oom_row(method: str, vocab_size: int, num_frames: int, dim: int, chunk_size:
                 extrapolated=False)
 
 
+def trainable_parameters(encoder_out, weight, bias, frozen_head: bool):
+    """Sets which tensors get gradients; returns the blank offset eta of a frozen head
+    (LLM-CTC, App. D.2), else None."""
+    encoder_out.requires_grad_(True)
+    weight.requires_grad_(not frozen_head)
+    bias.requires_grad_(not frozen_head)
+    if not frozen_head:
+        return None
+    return torch.zeros((), device=encoder_out.device, requires_grad=True)
+
+
 def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_size: int,
                device: str, warmup: int, runs: int, frozen_head: bool = False) -> dict:
     """One configuration in this process: times, then the peaks of one more step."""
@@ -119,16 +131,15 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
     load_start = os.getloadavg()[0]
     encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
         vocab_size, num_frames, dim, device)
-    weight.requires_grad_(not frozen_head)
-    bias.requires_grad_(True)
-    encoder_out.requires_grad_(True)
+    blank_offset = trainable_parameters(encoder_out, weight, bias, frozen_head)
     if method == "standard":
         loss_function, options = standard_ctc_loss, {}
     else:
         loss_function = pruned_ctc_loss
         options = dict(chunk_size=chunk_size,
                        beam=None if method == "unpruned" else DEFAULT_BEAM)
-    parameters = (encoder_out, weight, bias)
+    options["blank_offset"] = blank_offset
+    parameters = (encoder_out, weight, bias, blank_offset)
 
     def forward():
         return loss_function(encoder_out, weight, bias, targets, frame_counts,
@@ -136,7 +147,8 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
 
     def step() -> float:
         for tensor in parameters:
-            tensor.grad = None
+            if tensor is not None:
+                tensor.grad = None
         synchronize(device)
         start = time.perf_counter()
         forward().backward()
@@ -147,7 +159,8 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
         step()
     times = [step() for _ in range(runs)]
     for tensor in parameters:
-        tensor.grad = None
+        if tensor is not None:
+            tensor.grad = None
     baseline = memory_mb(device, peak=False)
     reset_peak(device)
     loss = forward()
@@ -181,21 +194,21 @@ def run_interleaved(methods: list[str], vocab_size: int, num_frames: int, dim: i
 
     encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
         vocab_size, num_frames, dim, device)
-    weight.requires_grad_(not frozen_head)
-    bias.requires_grad_(True)
-    encoder_out.requires_grad_(True)
+    blank_offset = trainable_parameters(encoder_out, weight, bias, frozen_head)
     functions = {"standard": (standard_ctc_loss, {}),
                  "unpruned": (pruned_ctc_loss, dict(chunk_size=chunk_size, beam=None)),
                  "pruned": (pruned_ctc_loss, dict(chunk_size=chunk_size, beam=DEFAULT_BEAM))}
 
     def step(method: str) -> float:
         loss_function, options = functions[method]
-        for tensor in (encoder_out, weight, bias):
-            tensor.grad = None
+        for tensor in (encoder_out, weight, bias, blank_offset):
+            if tensor is not None:
+                tensor.grad = None
         synchronize(device)
         start = time.perf_counter()
         loss_function(encoder_out, weight, bias, targets, frame_counts,
-                      target_lengths=target_lengths, **options).backward()
+                      target_lengths=target_lengths, blank_offset=blank_offset,
+                      **options).backward()
         synchronize(device)
         return time.perf_counter() - start
 
@@ -292,7 +305,7 @@ def parse_args():
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="Pruned CTC's C (default: pruned_ctc.DEFAULT_CHUNK_SIZE)")
     parser.add_argument("--frozen-head", action="store_true",
-                        help="no weight gradient (a frozen LLM head)")
+                        help="no weight or bias gradient, a trainable blank offset (a frozen LLM head)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dp", action=argparse.BooleanOptionalAction, default=True,

@@ -15,7 +15,7 @@ TEXTS = ["hello world", "the cat", "Speech"]
 @pytest.fixture
 def exact_beam(ctc_model):
     saved = ctc_model.config.beam
-    ctc_model.config.beam = None
+    ctc_model.config.beam = float("inf")
     yield ctc_model
     ctc_model.config.beam = saved
 

@@ -25,7 +25,7 @@ def full_vocabulary_llm_dir(tmp_path_factory):
 
 def test_head_without_free_rows_gets_an_appended_blank(full_vocabulary_llm_dir, ctc_config, qwen3_tokenizer,
                                                        caplog):
-    config = dataclasses.replace(ctc_config, llm=str(full_vocabulary_llm_dir), beam=None)
+    config = dataclasses.replace(ctc_config, llm=str(full_vocabulary_llm_dir), beam=float("inf"))
     with caplog.at_level(logging.INFO):
         model = LLMCTCModel(config, tokenizer=qwen3_tokenizer)
     assert "appended zero row" in caplog.text

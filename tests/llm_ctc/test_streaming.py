@@ -122,7 +122,7 @@ def test_cache_bound_on_a_60_second_input(ctc_model):
 def test_streaming_loss_is_dense_ctc_over_the_concatenated_query_outputs(ctc_model):
     model = ctc_model
     saved = model.config.beam
-    model.config.beam = None
+    model.config.beam = float("inf")
     try:
         layouts = layouts_of(model, [[200, 120], [200, 200, 10]])
         speech = speech_for(layouts, seed=3)

@@ -3,19 +3,11 @@ reference, its exclusions, the frozen head and its count of head products."""
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pruned_ctc import ExcludedUtteranceWarning, pruned_ctc_loss
 from references.ctc_reference import dense_reference, relative_error
-
-
-def make_batch(vocab_size=300, dim=16, seed=0, dtype=torch.float64):
-    generator = torch.Generator().manual_seed(seed)
-    encoder_out = torch.randn(4, 30, dim, generator=generator, dtype=dtype)
-    weight = torch.randn(vocab_size, dim, generator=generator, dtype=dtype) / dim ** 0.5
-    bias = torch.randn(vocab_size, generator=generator, dtype=dtype) * 0.3
-    targets = [[5, 5, 17, 260], [7, 3, 99], [], [250] * 3]
-    return encoder_out, weight, bias, targets, [30, 22, 9, 17]
+from references.head_batches import make_batch
+from references.product_counter import ProductCounter
 
 
 def gradients_of(loss_function_call, encoder_out, weight, bias, frozen=False):
@@ -113,22 +105,6 @@ def test_frozen_head_gets_no_weight_gradient_and_exact_input_and_bias_gradients(
     assert grad_weight is None
     assert relative_error(grad_input, expected[1]) < 1e-11
     assert relative_error(grad_bias, expected[3]) < 1e-11
-
-
-class ProductCounter(TorchDispatchMode):
-    """Multiply-adds of every matrix product, counted from the operator calls."""
-
-    def __init__(self):
-        super().__init__()
-        self.multiply_adds = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        packet = func.overloadpacket
-        if packet in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.addmm_):
-            first, second = (args[0], args[1]) if packet is torch.ops.aten.mm else args[1:3]
-            self.multiply_adds += first.shape[0] * first.shape[1] * second.shape[1]
-        return func(*args, **kwargs)
 
 
 @pytest.mark.parametrize("frozen,expected_products", [(False, 3), (True, 2)])

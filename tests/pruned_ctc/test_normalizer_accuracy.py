@@ -7,17 +7,8 @@ from pruned_ctc import pruned_ctc_loss, standard_ctc_loss
 from pruned_ctc.normalizer import full_vocabulary_normalizer
 from pruned_ctc.vocab_chunks import Precision
 from references.ctc_reference import relative_error
+from references.head_batches import peaky_rows
 from references.trained_like import trained_like_batch
-
-
-def peaky_rows(num_frames, vocab_size, seed):
-    """Rows with one large logit; their products with an identity head are exact, so the
-    FP64 log-sum-exp of the FP32 rows is the exact normalizer of the library's logits."""
-    generator = torch.Generator().manual_seed(seed)
-    frames = torch.randn(num_frames, vocab_size, generator=generator)
-    peaks = torch.randint(vocab_size, (num_frames,), generator=generator)
-    frames[torch.arange(num_frames), peaks] = 12.0 + torch.rand(num_frames, generator=generator)
-    return frames, peaks
 
 
 @pytest.mark.parametrize("chunk_size", [64, 300])

@@ -69,6 +69,17 @@ def test_head_loss_benchmark_measures_less_memory_for_pruned_ctc(tmp_path):
     assert (tmp_path / "head_loss_cpu.png").exists()
 
 
+def test_head_loss_benchmark_frozen_head_trains_only_the_input_and_the_blank_offset(tmp_path):
+    run("benchmark_head_loss.py", "--vocab-sizes", "30000", "--frames", "400", "--dim", "64",
+        "--runs", "1", "--no-dp", "--frozen-head", "--methods", "standard", "pruned",
+        "--output-dir", str(tmp_path))
+    rows = {r["method"]: r for r in read_csv(tmp_path / "head_loss_cpu.csv")}
+    for row in rows.values():
+        assert row["frozen_head"] == "True" and float(row["gradient_mb"]) == 0
+    # Standard CTC's (M, V) logits and their gradient: 46 MB each; Pruned CTC one block.
+    assert float(rows["pruned"]["peak_extra_mb"]) < float(rows["standard"]["peak_extra_mb"]) / 3
+
+
 def test_training_benchmark_times_the_presets_model_with_each_loss(tmp_path):
     import dataclasses
 
