@@ -237,6 +237,9 @@ def prepare_batch(
 ) -> PreparedBatch:
     """Validates the targets and lengths of a call and builds the reduced problem."""
     num_utterances, max_frames, _ = encoder_out.shape
+    if num_utterances == 0 or max_frames == 0:
+        raise ValueError(f"encoder_out {tuple(encoder_out.shape)} holds no frames: the loss needs "
+                         f"N >= 1 utterances of T >= 1 frames")
     device = encoder_out.device
     frame_counts = _as_lengths("encoder_out_lens", encoder_out_lens, device)
     if frame_counts.numel() != num_utterances:

@@ -63,3 +63,10 @@ def test_tensors_on_different_devices():
 def test_weight_on_another_device_is_named():
     with pytest.raises(ValueError, match="weight is on meta but encoder_out is on cpu"):
         pruned_ctc_loss(X, W.to("meta"), B, TARGETS, LENS)
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 8), (2, 0, 8)])
+def test_a_batch_without_frames_is_named(shape):
+    with pytest.raises(ValueError, match=r"encoder_out \(.*\) holds no frames"):
+        pruned_ctc_loss(torch.zeros(shape), torch.randn(10, 8), None, [[1]] * shape[0],
+                        [1] * shape[0])
