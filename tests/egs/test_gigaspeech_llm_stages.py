@@ -5,7 +5,8 @@ as the encoder (128-dim fbank), a tiny random Qwen3 with the real 151,936-row he
 
 Checked against independent references: the 128-bin features against Lhotse's Fbank of
 the audio, the saved settings against the paper's numbers (App. D.2-D.3), the WER files
-against kaldialign on the recogs files.
+against kaldialign on the recogs files. The end-to-end run takes a few minutes of CPU
+(data stages, then four LLM stages and a rerun): behind ``-m slow``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ TINY = ("model.llm_dtype=float32 model.projector_hidden=32 model.lora_rank=4 mod
         "train.average_period=1 train.log_interval=1 train.tensorboard=false train.valid_interval=1000 "
         "data.num_workers=0 data.max_duration=15 data.num_buckets=2 data.enable_spec_aug=false")
 SETS = ("dev", "test")
+slow = pytest.mark.slow
 
 
 def _tokenizer_dir() -> Path:
@@ -78,6 +80,7 @@ def _exp(recipe: Path, objective: str) -> Path:
     return recipe / "exp" / f"llm_{objective}_spear_tiny-qwen3"
 
 
+@slow
 @pytest.mark.parametrize("subset", ["DEV", "TEST"])
 def test_128_bin_features_are_lhotse_fbank_of_the_audio(recipe, subset):
     import numpy as np
@@ -100,6 +103,7 @@ def test_128_bin_features_are_lhotse_fbank_of_the_audio(recipe, subset):
             assert best < 0.05, (cut.id, best)
 
 
+@slow
 def test_training_pieces_get_128_bin_features_of_the_same_cuts(recipe):
     from lhotse import load_manifest
 
@@ -113,6 +117,7 @@ def test_training_pieces_get_128_bin_features_of_the_same_cuts(recipe):
             assert all(c.num_features == 128 for c in cuts)
 
 
+@slow
 @pytest.mark.parametrize("objective", ["ctc", "ce"])
 def test_training_keeps_the_papers_settings_and_the_recipes_parts(recipe, tiny_qwen3, objective):
     import torch
@@ -148,6 +153,7 @@ def _read_recogs(path: Path):
     return pairs
 
 
+@slow
 @pytest.mark.parametrize("objective, methods", [
     ("ctc", ("ctc-prefix-beam-search", "ctc-greedy-search")), ("ce", ("llm-beam-search", "llm-greedy-search"))])
 def test_decoding_scores_every_test_cut_as_kaldialign_does(recipe, objective, methods):
@@ -170,12 +176,14 @@ def test_decoding_scores_every_test_cut_as_kaldialign_does(recipe, objective, me
             assert rate == pytest.approx(100.0 * errors / words, abs=0.005)
 
 
+@slow
 def test_rerun_skips_training_and_decoding(recipe, run_recipe):
     result = run_recipe(recipe["recipe"], *DATA, "--stage", "20", "--stop-stage", "25", *recipe["options"])
     assert "decoded already" in result.stdout + result.stderr
     assert "computing fbank" not in result.stdout + result.stderr
 
 
+@slow
 def test_zipformer_encoder_needs_no_128_bin_features(recipe, run_recipe):
     result = run_recipe(recipe["recipe"], "--stage", "20", "--stop-stage", "20", "--llm-encoder", "zipformer")
     assert "reads the 80-bin features of stages 4-6: nothing to do" in result.stdout
