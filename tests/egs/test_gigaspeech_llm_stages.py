@@ -194,3 +194,19 @@ def test_unknown_encoder_is_named(recipe_copy, run_recipe):
     result = run_recipe(recipe, "--stage", "20", "--stop-stage", "20", "--llm-encoder", "whisper", check=False)
     assert result.returncode != 0
     assert "--llm-encoder must be spear, zipformer or qwen3_asr, got 'whisper'" in result.stderr
+
+
+@pytest.mark.parametrize("llm, objective, expected", [
+    ("Qwen/Qwen3-32B", "ctc", "model.activation_checkpointing=true optim.lr=0.00005"),
+    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=0.00005 data.max_duration=100"),
+    ("Qwen/Qwen3-14B", "ctc", "model.activation_checkpointing=true"),
+    ("Qwen/Qwen3-14B", "ce", "data.max_duration=100"),
+])
+def test_qwen3_size_settings_of_the_paper_are_added(recipe_copy, run_recipe, llm, objective, expected):
+    # App. D.3's training configurations; the run then stops: no features were prepared.
+    recipe = recipe_copy("gigaspeech")
+    train_stage = "22" if objective == "ctc" else "24"
+    result = run_recipe(recipe, "--stage", train_stage, "--stop-stage", train_stage, "--llm", llm, check=False)
+    name = llm.split("/")[1].lower()
+    assert f"settings for {name} (App. D.3): {expected}\n" in result.stdout
+    assert result.returncode != 0 and "piece(s) without features in data/fbank128: finish stage 20 first" in result.stderr
