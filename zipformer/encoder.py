@@ -162,7 +162,8 @@ def convert_num_channels(x: Tensor, num_channels: int) -> Tensor:
 class ZipformerEncoder(nn.Module):
     """fbank (N, T, feature_dim) + lengths (N,) -> (N, T_out, output_dim) + lengths.
 
-    T_out = ((T - 7) // 2 + 1) // 2: 25 frames per second for 100 input frames per second.
+    T_out = ((T - 7) // 2 + 1) // 2: 25 frames per second for 100 input frames per second
+    (output_downsampling_factor 2; SPEAR's 1 keeps (T - 7) // 2, 50 frames per second).
     """
 
     def __init__(self, config: ZipformerConfig) -> None:
