@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 OBJECTIVES = ("ctc", "ce")
 READOUTS = ("query", "speech")
-ENCODER_TYPES = ("zipformer", "qwen3_asr")
+ENCODER_TYPES = ("zipformer", "qwen3_asr", "spear")
 PROJECTOR_TYPES = ("stack", "mlp")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj")
@@ -29,7 +29,8 @@ class LLMASRConfig:
         Qwen3-ASR checkpoint (its language model and head are used).
     tokenizer: hub name or directory of the LLM's tokenizer; None: ``llm``.
     encoder_type / encoder_path: "zipformer" (a checkpoint file written by this
-        toolkit's trainer) or "qwen3_asr" (a Qwen3-ASR hub name or directory).
+        toolkit's trainer), "qwen3_asr" (a Qwen3-ASR hub name or directory) or "spear"
+        (an icefall SPEAR checkpoint file, or its folder; App. D.3).
     projector_type: "stack" (SPEAR-Qwen3, App. D.3: layer norm, stack
         ``projector_stack`` frames, two linears of width ``projector_hidden`` with
         ReLU) or "mlp" (Qwen3-ASR, App. D.4: two linears with GELU).

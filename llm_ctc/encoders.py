@@ -6,8 +6,9 @@ evaluation mode: dropout and the Zipformer's stochastic schedules off, App. D.4)
 Frames beyond an utterance's length are zero, so that a padded batch and per-utterance
 runs give the same projector input.
 
-Adding an encoder: subclass :class:`SpeechEncoder` (``output_dim``, ``encode``) and
-add a builder to :data:`ENCODER_BUILDERS`.
+Adding an encoder: subclass :class:`SpeechEncoder` (``output_dim``, ``feature_dim``,
+``encode``, and ``output_lengths`` for the frame count the trainer's filters need), add a
+builder to :data:`ENCODER_BUILDERS` and its name to ``llm_ctc.config.ENCODER_TYPES``.
 """
 
 from __future__ import annotations
@@ -130,6 +131,33 @@ class Qwen3ASRSpeechEncoder(SpeechEncoder):
         return out, lengths
 
 
+class SpearSpeechEncoder(SpeechEncoder):
+    """SPEAR (the paper's Table 3 encoder, App. D.3) from its icefall checkpoint, run by
+    this project's Zipformer (zipformer/spear.py): 128-dim fbank at 100 frames/s in,
+    1280-dim embeddings at 50 frames/s out for SPEAR-XLarge v2."""
+
+    def __init__(self, checkpoint_path: str, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        from zipformer.spear import load_spear_encoder
+
+        encoder, config = load_spear_encoder(Path(checkpoint_path))
+        self.zipformer = encoder.to(dtype)
+        self.config = config
+        self.output_dim = config.output_dim
+        self.feature_dim = config.feature_dim
+        self.freeze()
+
+    def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        dtype = next(self.zipformer.parameters()).dtype
+        return self.zipformer(features.to(dtype), feature_lens)
+
+    def output_lengths(self, num_frames):
+        """Embeddings for ``num_frames`` fbank frames (an int or a tensor)."""
+        from zipformer.spear import spear_output_lengths
+
+        return spear_output_lengths(num_frames, self.config)
+
+
 def _torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
@@ -139,6 +167,7 @@ ENCODER_BUILDERS: Dict[str, Callable[..., SpeechEncoder]] = {
         config.encoder_path, entry=config.encoder_checkpoint_entry, dtype=_torch_dtype(config.encoder_dtype)),
     "qwen3_asr": lambda config: Qwen3ASRSpeechEncoder(
         config.encoder_path, dtype=_torch_dtype(config.encoder_dtype)),
+    "spear": lambda config: SpearSpeechEncoder(config.encoder_path, dtype=_torch_dtype(config.encoder_dtype)),
 }
 
 

@@ -149,6 +149,8 @@ class ToolkitLLMCE(ToolkitSpeechLLM):
 
 def encoder_output_lengths(encoder: nn.Module, config: LLMASRConfig, frames: FrameCount) -> FrameCount:
     """Frames out of the frozen speech encoder for ``frames`` feature frames."""
+    if hasattr(encoder, "output_lengths"):
+        return encoder.output_lengths(frames)
     if config.encoder_type == "zipformer":
         from zipformer.encoder import encoder_output_lengths as zipformer_lengths
 

@@ -59,12 +59,14 @@ def compute_fbank(
     num_jobs: int = 1,
     speed_factors: Sequence[float] = (),
     trim_to_supervisions: bool = False,
+    num_mel_bins: int = NUM_MEL_BINS,
 ) -> Path:
     """Computes features of ``cuts`` (and their speed-perturbed copies) into
     ``storage_path`` and writes the cuts with features to ``output_cuts``.
 
     ``trim_to_supervisions``: after computing features of whole recordings, keep one
-    cut per supervision (GigaSpeech's long podcasts). Returns ``output_cuts``.
+    cut per supervision (GigaSpeech's long podcasts). ``num_mel_bins``: 128 for the
+    SPEAR and Qwen3-ASR encoders (paper App. D.3-D.4). Returns ``output_cuts``.
     Does nothing when ``output_cuts`` exists.
     """
     output_cuts, storage_path = Path(output_cuts), Path(storage_path)
@@ -76,7 +78,7 @@ def compute_fbank(
     torch.set_num_threads(1)
     storage_path.parent.mkdir(parents=True, exist_ok=True)
     cuts = speed_perturbed(cuts, speed_factors)
-    extractor = Fbank(FbankConfig(num_mel_bins=NUM_MEL_BINS))
+    extractor = Fbank(FbankConfig(num_mel_bins=num_mel_bins))
     # Leftovers of an interrupted run: the storage is rewritten from the start.
     for stale in (storage_path, Path(f"{storage_path}.lca"), temporary_name(output_cuts)):
         if stale.is_dir():

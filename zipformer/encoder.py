@@ -162,7 +162,8 @@ def convert_num_channels(x: Tensor, num_channels: int) -> Tensor:
 class ZipformerEncoder(nn.Module):
     """fbank (N, T, feature_dim) + lengths (N,) -> (N, T_out, output_dim) + lengths.
 
-    T_out = ((T - 7) // 2 + 1) // 2: 25 frames per second for 100 input frames per second.
+    T_out = ((T - 7) // 2 + 1) // 2: 25 frames per second for 100 input frames per second
+    (output_downsampling_factor 2; SPEAR's 1 keeps (T - 7) // 2, 50 frames per second).
     """
 
     def __init__(self, config: ZipformerConfig) -> None:
@@ -268,8 +269,9 @@ class ZipformerEncoder(nn.Module):
 FrameCount = TypeVar("FrameCount", int, Tensor)
 
 
-def encoder_output_lengths(num_frames: FrameCount) -> FrameCount:
+def encoder_output_lengths(num_frames: FrameCount, output_downsampling_factor: int = 2) -> FrameCount:
     """Encoder output frames for ``num_frames`` input frames (an int or a tensor of
-    lengths): ((T - 7) // 2 + 1) // 2, 0 for T < 7."""
-    frames = (subsampled_lengths(num_frames) + 1) // 2
+    lengths): ((T - 7) // 2 + 1) // 2 (factor 2), (T - 7) // 2 (factor 1); 0 for T < 7."""
+    factor = output_downsampling_factor
+    frames = (subsampled_lengths(num_frames) + factor - 1) // factor
     return frames.clamp(min=0) if isinstance(frames, Tensor) else max(frames, 0)

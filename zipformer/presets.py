@@ -93,9 +93,11 @@ class ZipformerConfig:
             raise ValueError(f"unknown loss {self.loss!r}; valid: {', '.join(LOSSES)}")
         if len(self.subsampling_channels) != 3:
             raise ValueError(f"subsampling_channels needs 3 values, got {self.subsampling_channels}")
-        if self.output_downsampling_factor != 2:
-            raise ValueError("output_downsampling_factor must be 2 (as icefall asserts), got "
-                             f"{self.output_downsampling_factor}")
+        # icefall's LibriSpeech Zipformer2 asserts 2; SPEAR's copy of it runs with 1 (50
+        # frames per second, paper App. D.3), which SimpleDownsample(1) computes as identity.
+        if self.output_downsampling_factor not in (1, 2):
+            raise ValueError("output_downsampling_factor must be 2 (icefall's ASR models) or 1 "
+                             f"(SPEAR encoders), got {self.output_downsampling_factor}")
         if self.vocab_size < 2 or not 0 <= self.blank_id < self.vocab_size:
             raise ValueError(f"need vocab_size >= 2 and 0 <= blank_id < vocab_size, got "
                              f"vocab_size={self.vocab_size}, blank_id={self.blank_id}")
@@ -183,10 +185,19 @@ PRESETS: Dict[str, Dict[str, Any]] = {
                  encoder_dim=(48, 64, 48), encoder_unmasked_dim=(32, 48, 32),
                  cnn_module_kernel=(7, 7, 7), query_head_dim=8, value_head_dim=8,
                  pos_head_dim=4, pos_dim=16, subsampling_channels=(4, 8, 16)),
+    # SPEAR-XLarge v2 (paper Table 3 and App. D.3: 128-dim fbank in, 1280-dim embeddings at
+    # about 50 frames/s), the layout zipformer/spear.py documents with its sources.
+    "spear_xlarge_v2": dict(feature_dim=128, output_downsampling_factor=1,
+                            downsampling_factor=(1, 2, 4, 8, 4, 2, 1),
+                            num_encoder_layers=(1, 2, 3, 4, 1, 1, 1),
+                            encoder_dim=(1280,) * 7, encoder_unmasked_dim=(768,) * 7,
+                            feedforward_dim=(3840,) * 7, num_heads=(8,) * 7,
+                            cnn_module_kernel=(31, 31, 15, 15, 15, 31, 31),
+                            subsampling_channels=(8, 32, 128)),
 }
 
 def get_preset(name: str, **overrides: Any) -> ZipformerConfig:
-    """The named preset (S, M, L, mini, tiny) with keyword overrides applied."""
+    """The named preset (S, M, L, mini, tiny, spear_xlarge_v2) with keyword overrides applied."""
     if name not in PRESETS:
         raise ValueError(f"unknown Zipformer preset {name!r}; valid names: "
                          f"{', '.join(PRESETS)}")

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # GigaSpeech recipe. Data stages 0-8, then 10 training, 11 decoding, 12 the WER table, 13 ONNX
-# export and sherpa-onnx decoding.
+# export and sherpa-onnx decoding; 20-25 LLM-CTC and LLM-CE on a frozen speech encoder
+# (20 128-bin fbank, 21 the Zipformer as encoder, 22/23 LLM-CTC train/decode, 24/25 LLM-CE).
 #   ./run.sh --stage 0 --stop-stage 8 --nj 8      # data (the default stage range)
 #   ./run.sh --stage 10 --stop-stage 12           # Zipformer-M, Pruned CTC, 2 GPUs, 60 epochs
+#   ./run.sh --stage 20 --stop-stage 25 --num-gpus 8 --llm Qwen/Qwen3-8B --llm-encoder spear \
+#     --llm-encoder-path download/spear-xlarge-speech-audio-v2-icefall   # Table 3's SPEAR-Qwen3-8B
+# LLM settings live in conf/llm_<ctc|ce>_<spear|zipformer|qwen3_asr>.yaml (--llm-args,
+# --llm-decode-args override them as --train-args does for stages 10-13).
 # Hyper-parameters live in conf/train.yaml (override: --train-args "data.max_duration=700").
 # Scoring applies GigaSpeech's official normalization (fillers, tags) to both sides.
 # Stage 6 (features of the training subset, in pieces) can run in several terminals
@@ -22,8 +27,14 @@ start=0
 stop=-1
 num_gpus=2
 lang_dir=""                    # default: data/lang_bpe_<first of --vocab-sizes>
+llm=Qwen/Qwen3-8B              # stages 22-25: any Qwen3 (0.6B-32B) hub name, or a local folder
+llm_encoder=spear              # spear (Table 3), zipformer (stage 10's model) or qwen3_asr
+llm_encoder_path=""            # default: the conf's model.encoder_path (zipformer: stage 21's file)
+llm_args=""                    # section.field=value overrides of the LLM training, e.g. "data.max_duration=100"
+llm_decode_args=""             # and of its decoding, e.g. "decode.beam=8"
 parse_options stage stop_stage nj dl_dir subsets train_subset eval_subsets xl_chunk_size \
-  vocab_sizes bpe_model_type gigaspeech_host start stop lang_dir "${training_options[@]}" -- "$@"
+  vocab_sizes bpe_model_type gigaspeech_host start stop lang_dir llm llm_encoder llm_encoder_path \
+  llm_args llm_decode_args "${training_options[@]}" -- "$@"
 recipe_setup
 split_dir=$fbank_dir/gigaspeech_${train_subset}_split
 
@@ -128,3 +139,100 @@ fi
 if run_stage 13 "export to ONNX and decode the test sets with sherpa-onnx"; then
   export_onnx_and_decode "${test_sets[@]}"
 fi
+
+# --- LLM-CTC and LLM-CE (paper Sec. 4, 5.3, Table 3; App. D.2-D.4) ----------------------
+zipformer_exp=$exp_dir
+fbank128_dir=data/fbank128
+if [ "$stop_stage" -ge 20 ] && [ "$stage" -le 29 ]; then
+  case "$llm_encoder" in
+    spear|qwen3_asr) llm_fbank_dir=$fbank128_dir ;;
+    zipformer) llm_fbank_dir=$fbank_dir ;;
+    *) die "--llm-encoder must be spear, zipformer or qwen3_asr, got '$llm_encoder'" ;;
+  esac
+fi
+
+if run_stage 20 "128-bin fbank of $eval_subsets and the $train_subset pieces [$start, $stop) into $fbank128_dir"; then
+  if [ "$llm_encoder" = zipformer ]; then
+    log "--llm-encoder zipformer reads the 80-bin features of stages 4-6: nothing to do"
+  else
+    raws=()
+    for subset in $eval_subsets; do raws+=("$fbank_dir/gigaspeech_cuts_${subset}_raw.jsonl.gz"); done
+    python -m local.fbank_bins --num-mel-bins 128 --num-jobs "$nj" --out-dir "$fbank128_dir" "${raws[@]}"
+    [ -f "$split_dir/.split.done" ] || die "$split_dir: not split: run stage 5 first"
+    pieces=("$split_dir"/gigaspeech_cuts_"${train_subset}"_raw.*.jsonl.gz)
+    last=$stop
+    if [ "$last" -lt 0 ] || [ "$last" -gt ${#pieces[@]} ]; then last=${#pieces[@]}; fi
+    python -m local.fbank_bins --num-mel-bins 128 --num-jobs "$nj" \
+      --out-dir "$fbank128_dir/gigaspeech_${train_subset}_split" "${pieces[@]:$start:$((last - start))}"
+  fi
+fi
+
+if run_stage 21 "the Zipformer of $zipformer_exp as a frozen speech encoder ($zipformer_exp/decoding.pt)"; then
+  if [ "$llm_encoder" = zipformer ]; then
+    python -m local.export_decoding_weights "$zipformer_exp" "$zipformer_exp/decoding.pt"
+  else
+    log "--llm-encoder $llm_encoder: nothing to do"
+  fi
+fi
+
+# llm_settings OBJECTIVE: train_config, exp_dir and the settings of LLM-<OBJECTIVE> with
+# --llm on --llm-encoder. Qwen3 sizes change a few settings (App. D.3): activation
+# checkpointing for 14B (LLM-CTC) and 32B, peak lr 5e-5 for 32B, and LLM-CE's 100 s
+# microbatches for 14B and 32B (the paper accumulates two of them per update; asr.train
+# has no accumulation, so an update sees half the audio).
+llm_settings() {
+  local objective=$1 name settings=()
+  name=$(basename "$llm" | tr '[:upper:]' '[:lower:]')
+  train_config=conf/llm_${objective}_${llm_encoder}.yaml
+  exp_dir=exp/llm_${objective}_${llm_encoder}_${name}
+  settings=(model.llm="$llm"
+    data.train_cuts="$llm_fbank_dir/gigaspeech_${train_subset}_split/gigaspeech_cuts_$train_subset.[0-9]*.jsonl.gz"
+    data.valid_cuts="$llm_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz")
+  if [ -n "$llm_encoder_path" ]; then
+    settings+=(model.encoder_path="$llm_encoder_path")
+  elif [ "$llm_encoder" = zipformer ]; then
+    settings+=(model.encoder_path="$zipformer_exp/decoding.pt")
+  fi
+  case "$name" in
+    *-14b*)
+      if [ "$objective" = ctc ]; then settings+=(model.activation_checkpointing=true); else settings+=(data.max_duration=100); fi ;;
+    *-32b*)
+      settings+=(model.activation_checkpointing=true optim.lr=0.00005)
+      [ "$objective" = ce ] && settings+=(data.max_duration=100) ;;
+  esac
+  [ ${#settings[@]} -gt 3 ] && log "settings for $name (App. D.3): ${settings[*]:3}"
+  train_args=$llm_args
+  decode_args=$llm_decode_args
+  training_settings "${settings[@]}"
+}
+
+# llm_test_sets: NAME=CUTS of the eval subsets in the features the encoder reads.
+llm_test_sets() {
+  local subset
+  llm_sets=()
+  for subset in $eval_subsets; do llm_sets+=("${subset,,}=$llm_fbank_dir/gigaspeech_cuts_$subset.jsonl.gz"); done
+}
+
+# require_llm_features: every training piece has the features the encoder reads.
+require_llm_features() {
+  local raw missing=0
+  for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
+    [ -f "$llm_fbank_dir/gigaspeech_${train_subset}_split/$(basename "${raw/_raw./.}")" ] || missing=$((missing + 1))
+  done
+  [ $missing -eq 0 ] || die "$missing $train_subset piece(s) without features in $llm_fbank_dir: finish stage $([ "$llm_fbank_dir" = "$fbank_dir" ] && echo 6 || echo 20) first"
+}
+
+for objective in ctc ce; do
+  if [ "$objective" = ctc ]; then train_stage=22; else train_stage=24; fi
+  if [ "$stage" -le $((train_stage + 1)) ] && [ "$stop_stage" -ge $train_stage ]; then
+    llm_settings $objective
+    llm_test_sets
+    if run_stage $train_stage "train LLM-${objective^^} ($train_config, $llm on $llm_encoder) into $exp_dir"; then
+      require_llm_features
+      train_model
+    fi
+    if run_stage $((train_stage + 1)) "decode ${eval_sets[*]} with LLM-${objective^^} of $exp_dir"; then
+      decode_model "${llm_sets[@]}"
+    fi
+  fi
+done
