@@ -1,0 +1,73 @@
+"""Streaming LLM-CTC through the shared trainer (asr.train with model.streaming=true):
+the history of every step reaches the model, validation runs at the longest history, and
+a resumed run is the uninterrupted one bit for bit. 1-second chunks and histories of 1 or
+2 s, so that the 1.2-2.2 s cuts of the tiny corpus have two or three chunks."""
+
+import shutil
+from pathlib import Path
+from typing import List
+
+import pytest
+import torch
+
+from asr.train import main as train
+from llm_ctc.streaming import history_for_step
+
+STREAMING = ["model.streaming=true", "model.readout=query", "model.streaming_chunk_seconds=1",
+             "model.streaming_max_history=2", "model.streaming_seed=4"]
+
+
+def arguments(corpus, ctc_config, exp_dir: Path, *extra: str) -> List[str]:
+    return [
+        "family=llm_ctc", f"model.llm={ctc_config.llm}", f"model.tokenizer={ctc_config.tokenizer}",
+        f"model.encoder_path={ctc_config.encoder_path}", "model.projector_stack=2", "model.projector_hidden=48",
+        "model.lora_rank=4", "model.lora_alpha=8", "model.lora_dropout=0.1", *STREAMING,
+        "optim.lr=1e-3", "optim.warmup_batches=2", "optim.decay_batches=10", "optim.clip_norm=1.0",
+        f"train.exp_dir={exp_dir}", f"data.train_cuts={corpus['train']}", f"data.valid_cuts={corpus['valid']}",
+        "data.max_duration=4", "data.num_buckets=2", "data.num_workers=0", "data.enable_musan=false",
+        "data.enable_spec_aug=false", "train.num_epochs=2", "train.save_every_n=1", "train.keep_last_k=0",
+        "train.average_period=1", "train.log_interval=1", "train.tensorboard=false", "train.device=cpu", *extra,
+    ]
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_training_corpus, ctc_config, tmp_path_factory):
+    """(exp_dir, [(step, h the model used)], the model after the run)."""
+    exp_dir = tmp_path_factory.mktemp("streaming_exp")
+    seen, models = [], []
+
+    def after_step(run, batch, state) -> None:
+        seen.append((state.batch_idx_train, run.model.last_history))
+        models[:] = [run.model]
+
+    train(arguments(small_training_corpus, ctc_config, exp_dir), after_step=after_step)
+    return exp_dir, seen, models[0]
+
+
+def test_each_step_trains_at_its_drawn_history_and_validation_at_the_longest(uninterrupted):
+    exp_dir, seen, model = uninterrupted
+    assert len(seen) > 4
+    assert seen == [(step, history_for_step(4, step, 2)) for step, _ in seen]
+    assert {h for _, h in seen} == {1, 2}
+    assert model.last_history == 2  # the validation after the last epoch
+    assert load(exp_dir / "epoch-2.pt")["config"]["model"]["streaming"] is True
+
+
+def test_resumed_streaming_training_matches_uninterrupted_bit_for_bit(small_training_corpus, ctc_config,
+                                                                      uninterrupted, tmp_path):
+    exp_dir, _, _ = uninterrupted
+    assert load(exp_dir / "epoch-1.pt")["batch_idx_train"] > 2  # checkpoint-2.pt is mid-epoch
+    for name in ("checkpoint-2.pt", "epoch-1.pt"):
+        shutil.copy(exp_dir / name, tmp_path / name)
+    resumed = []
+    train(arguments(small_training_corpus, ctc_config, tmp_path, "train.start_batch=2"),
+          after_step=lambda run, batch, state: resumed.append((state.batch_idx_train, run.model.last_history)))
+    assert resumed[0][0] == 3
+    first, second = load(exp_dir / "epoch-2.pt"), load(tmp_path / "epoch-2.pt")
+    for entry in ("model", "model_avg"):
+        for name, tensor in first[entry].items():
+            assert torch.equal(tensor, second[entry][name]), f"{entry}.{name} differs"
