@@ -104,3 +104,55 @@ def test_streaming_needs_the_query_readout(ctc_config):
         dataclasses.replace(ctc_config, streaming=True, readout="speech")
     with pytest.raises(ValueError, match="model.streaming_max_history must be >= 1"):
         dataclasses.replace(ctc_config, streaming=True, streaming_max_history=0)
+
+
+@pytest.mark.parametrize("method, search", [("ctc-streaming-greedy-search", "greedy"),
+                                            ("ctc-streaming-prefix-beam-search", "beam")])
+def test_streaming_decoding_with_a_covering_history_equals_the_parallel_query_readout(streaming_model, method,
+                                                                                     search):
+    """At the model's longest history (h = 8 s) chunk by chunk with the KV cache and
+    eviction gives the hypotheses of one masked pass over all chunks at the same h
+    (log_probs) searched offline; for utterances within 8 s + one chunk that is the query
+    readout under the same chunking with nothing out of view."""
+    from asr.search import ctc_greedy_search, ctc_prefix_beam_search
+
+    model = streaming_model.eval()
+    features, lens = random_features([610, 1030, 230], seed=23)
+    ids, largest = model.streaming_ids(features, lens, 8, method, beam=3, token_penalty=0.5)
+    with torch.no_grad():
+        log_probs, out_lens = model.log_probs(features, lens)
+    blank = model.speech_llm.blank_id
+    expected = ctc_greedy_search(log_probs, out_lens, blank_id=blank) if search == "greedy" else \
+        ctc_prefix_beam_search(log_probs, out_lens, beam=3, blank_id=blank, token_penalty=0.5)
+    assert ids == expected and all(expected)
+    prompt = len(model.speech_llm.prompt_ids)
+    # 25 embeddings per full chunk. 6.1 s: nothing is evicted, all 77 speech and query pairs
+    # stay; 10.3 s: the largest cache is during the fifth chunk (the first one is evicted
+    # after it: tau < 8 + 2 - 8 s); 2.3 s: 25 + 4.
+    assert largest == [prompt + 2 * 77, prompt + 2 * 5 * 25, prompt + 2 * 29]
+    model.train()
+
+
+def test_streaming_decoding_refuses_a_cache_beyond_the_bound(streaming_model, monkeypatch):
+    from llm_ctc.streaming_toolkit import CacheBoundExceeded
+
+    model = streaming_model.eval()
+    features, lens = random_features([610], seed=24)
+    monkeypatch.setattr(type(model), "cache_bound", lambda self, history: 10)
+    with pytest.raises(CacheBoundExceeded, match="more than the bound P \\+ 2A \\+ J = 10"):
+        model.streaming_ids(features, lens, 1, "ctc-streaming-greedy-search")
+    model.train()
+
+
+def test_decode_settings_name_each_history_and_refuse_bad_ones():
+    from asr.config import DecodeOptions
+    from asr.decode import decoding_settings
+
+    options = DecodeOptions(methods=("ctc-greedy-search", "ctc-streaming-prefix-beam-search"),
+                            history_seconds=(2, 4, 2), token_penalty=0.7)
+    assert [key for _, _, key in decoding_settings(options)] == [
+        "ctc-greedy-search"] + [f"ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.7_history-{h}s"
+                                for h in (2, 4)]
+    assert DecodeOptions(history_seconds=8).history_seconds == (8,)
+    with pytest.raises(ValueError, match="decode.history_seconds must be whole seconds >= 1, got \\[0\\]"):
+        DecodeOptions(history_seconds=(0,))

@@ -71,3 +71,30 @@ def test_resumed_streaming_training_matches_uninterrupted_bit_for_bit(small_trai
     for entry in ("model", "model_avg"):
         for name, tensor in first[entry].items():
             assert torch.equal(tensor, second[entry][name]), f"{entry}.{name} differs"
+
+
+def test_asr_decode_writes_streaming_results_per_history(small_training_corpus, uninterrupted):
+    """Through asr.decode: one setting per history; with h = 2 s covering every cut (at
+    most 2.2 s, the model's longest history) the chunk-by-chunk hypotheses are those of
+    ctc-greedy-search, which searches the parallel masked forward at h = 2 s."""
+    from asr.decode import main as decode
+
+    exp_dir, _, _ = uninterrupted
+    rates = decode([f"--exp-dir={exp_dir}", "--epoch=2", "--avg=1", "--use-averaged-model=false",
+                    f"--test-cuts=train={small_training_corpus['train']}", "--num-workers=0",
+                    "--history-seconds", "1", "2", "--token-penalty=0.3",
+                    "--method", "ctc-greedy-search", "ctc-streaming-greedy-search",
+                    "ctc-streaming-prefix-beam-search"])
+    keys = {"ctc-greedy-search", "ctc-streaming-greedy-search_history-1s", "ctc-streaming-greedy-search_history-2s",
+            "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_history-1s",
+            "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_history-2s"}
+    assert set(rates["train"]) == keys
+
+    def hypotheses(key):
+        text = (exp_dir / f"recogs-train-{key}-epoch-2_avg-1.txt").read_text()
+        return [line for line in text.splitlines() if "hyp=" in line]
+
+    offline = hypotheses("ctc-greedy-search")
+    assert len(offline) == 6 and any("hyp=[]" not in line for line in offline)
+    assert hypotheses("ctc-streaming-greedy-search_history-2s") == offline
+    assert rates["train"]["ctc-streaming-greedy-search_history-2s"] == rates["train"]["ctc-greedy-search"]
