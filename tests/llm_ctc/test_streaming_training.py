@@ -98,3 +98,29 @@ def test_asr_decode_writes_streaming_results_per_history(small_training_corpus, 
     assert len(offline) == 6 and any("hyp=[]" not in line for line in offline)
     assert hypotheses("ctc-streaming-greedy-search_history-2s") == offline
     assert rates["train"]["ctc-streaming-greedy-search_history-2s"] == rates["train"]["ctc-greedy-search"]
+
+
+def test_latency_command_measures_every_chunk_within_the_cache_bound(small_training_corpus, ctc_config,
+                                                                      uninterrupted, tmp_path):
+    """8 s of the training cuts' features in 1 s chunks at h = 1 s: from the second chunk
+    on each chunk attends to the prompt, the 13 kept pairs of the previous chunk and its
+    own 13 pairs (P + 2A + J with A = J / 2 = 13, embeddings at 0, 0.08, ..., 0.96 s)."""
+    import csv
+
+    from llm_ctc.streaming_latency import main as latency
+
+    exp_dir, _, model = uninterrupted
+    rows = latency([*arguments(small_training_corpus, ctc_config, exp_dir),
+                    "decode.epoch=2", "decode.avg=1", "decode.use_averaged_model=false",
+                    "--cuts", str(small_training_corpus["train"]), "--seconds", "8", "--history", "1",
+                    "--output-dir", str(tmp_path)])
+    prompt = len(model.speech_llm.prompt_ids)
+    assert [row["chunk"] for row in rows] == list(range(8))
+    assert [row["attended_positions"] for row in rows] == [prompt + 26] + [prompt + 52] * 7
+    assert [row["kept_positions"] for row in rows] == [prompt + 26] * 8
+    assert model.cache_bound(1) == prompt + 52
+    assert all(row["milliseconds"] > 0 for row in rows)
+    with open(tmp_path / "chunks.csv") as table:
+        assert [int(row["attended_positions"]) for row in csv.DictReader(table)] == \
+            [row["attended_positions"] for row in rows]
+    assert "cache bound P + 2A + J = %d positions" % (prompt + 52) in (tmp_path / "summary.md").read_text()
