@@ -143,8 +143,10 @@ fi
 # chunks, one history of 1-8 s per batch); 31 and 33 decode dev and test by prefix beam
 # search (beam 4, token penalty 0.7), 33 chunk by chunk at h = 2, 4, 8 s with the KV cache;
 # 34 prints the table. --train-args / --decode-args apply to both models.
+table5_name=$(basename "$table5_model" | tr '[:upper:]' '[:lower:]')
+table5_offline=exp/table5_offline_$table5_name
+table5_streaming=exp/table5_streaming_$table5_name
 if [ "$stop_stage" -ge 30 ] && [ "$stage" -le 34 ]; then
-  table5_name=$(basename "$table5_model" | tr '[:upper:]' '[:lower:]')
   if [ -z "$table5_projector_hidden" ]; then
     case "$table5_name" in
       *0.6b*) table5_projector_hidden=896 ;;
@@ -161,8 +163,6 @@ if [ "$stop_stage" -ge 30 ] && [ "$stage" -le 34 ]; then
     model.projector_hidden="$table5_projector_hidden"
     data.train_cuts="$table5_fbank_dir/gigaspeech_${train_subset}_split/gigaspeech_cuts_$train_subset.[0-9]*.jsonl.gz"
     data.valid_cuts="$table5_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz")
-  table5_offline=exp/table5_offline_$table5_name
-  table5_streaming=exp/table5_streaming_$table5_name
   table5_decode_args=$decode_args
 fi
 
