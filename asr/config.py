@@ -41,7 +41,10 @@ DECODING_METHODS = ("ctc-greedy-search", "ctc-prefix-beam-search")
 # Decoding by autoregressive generation (LLM-CE, paper Sec. 4.1): for models with
 # ``generate_ids`` (asr.family); decode.beam is the generation beam.
 GENERATION_METHODS = ("llm-greedy-search", "llm-beam-search")
-ALL_DECODING_METHODS = DECODING_METHODS + GENERATION_METHODS
+# Streaming CTC decoding chunk by chunk with a bounded KV cache (LLM-CTC, paper Sec. 4.3):
+# for models with ``streaming_ids``; one setting per decode.history_seconds value.
+STREAMING_METHODS = ("ctc-streaming-greedy-search", "ctc-streaming-prefix-beam-search")
+ALL_DECODING_METHODS = DECODING_METHODS + GENERATION_METHODS + STREAMING_METHODS
 
 # Model families: name -> (model section class, optim section class, the module that
 # builds model and optimizer; see asr.family). The classes' modules import the standard
@@ -180,6 +183,7 @@ class DecodeOptions:
     compute_cer: str = "auto"  # auto (a character lexicon scores characters), true, false
     text_normalization: str = "none"  # none, gigaspeech (the official scoring rules)
     device: str = "auto"
+    history_seconds: Tuple[int, ...] = (8,)  # left histories h of the ctc-streaming-* methods (paper Table 5)
 
     def __post_init__(self) -> None:
         self.methods = tuple(dict.fromkeys(self.methods))
@@ -198,6 +202,11 @@ class DecodeOptions:
             raise ValueError(f"decode.beam must be >= 1, got {self.beam}")
         if self.max_duration < 0:
             raise ValueError(f"decode.max_duration must be >= 0, got {self.max_duration}")
+        if isinstance(self.history_seconds, int):
+            self.history_seconds = (self.history_seconds,)
+        self.history_seconds = tuple(dict.fromkeys(self.history_seconds))
+        if not self.history_seconds or min(self.history_seconds) < 1:
+            raise ValueError(f"decode.history_seconds must be whole seconds >= 1, got {list(self.history_seconds)}")
         choices = {"compute_cer": ("auto", "true", "false"), "text_normalization": ("none", "gigaspeech"),
                    "device": ("auto", "cpu", "cuda")}
         for name, valid in choices.items():
@@ -379,4 +388,5 @@ def parse_value(raw: str, kind: str, name: str) -> Any:
 
 
 __all__ = ["RunConfig", "DataOptions", "TrainOptions", "DecodeOptions", "load_run_config", "build_section",
+           "STREAMING_METHODS",
            "parse_value", "family_config_classes", "FAMILIES", "SECTIONS", "CHANGEABLE_ON_RESUME", "PathLike"]

@@ -19,6 +19,11 @@ then per test set batches -> full-vocabulary log-probs -> search -> text -> scor
 icefall's ``recogs-*``, ``errs-*``, ``wer-summary-*`` files in the experiment folder. A
 test set whose summary already lists every decoding setting is not decoded again; the
 table of every test set's error rates is printed at the end.
+
+A streaming LLM-CTC model (``model.streaming``) also decodes by ``ctc-streaming-greedy-search``
+/ ``ctc-streaming-prefix-beam-search``: each utterance chunk by chunk with a bounded KV
+cache, one setting per ``decode.history_seconds`` value (``..._history-8s`` in the file
+names); the largest cache of every utterance is checked against P + 2A + J (paper App. E).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ from asr.checkpoint import (
     load_model_weights,
     read_checkpoint_entry,
 )
-from asr.config import CHANGEABLE_ON_RESUME, GENERATION_METHODS, DecodeOptions, RunConfig, load_run_config
+from asr.config import (CHANGEABLE_ON_RESUME, GENERATION_METHODS, STREAMING_METHODS, DecodeOptions, RunConfig,
+                        load_run_config)
 from asr.cut_filters import FRAME_SHIFT_SECONDS, cut_text
 from asr.data import build_valid_dataloader, load_cuts_lazy
 from asr.family import load_family, load_lexicon_of
@@ -65,6 +71,7 @@ FLAG_OVERRIDES = {
     "token_penalty": "decode.token_penalty", "test_cuts": "decode.test_cuts",
     "max_duration": "decode.max_duration", "compute_cer": "decode.compute_cer",
     "text_normalization": "decode.text_normalization", "device": "decode.device",
+    "history_seconds": "decode.history_seconds",
 }
 
 
@@ -92,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
         test_sets = parse_test_sets(options.test_cuts)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
-    keys = [method_key(method, options) for method in options.methods]
+    keys = [key for _, _, key in decoding_settings(options)]
     setup_logging(exp_dir, f"decode-{weights.suffix}")
     tokenizer = load_lexicon(config.train.lang_dir, weights.saved)
     compute_cer = options.compute_cer == "true" or (options.compute_cer == "auto" and isinstance(tokenizer, CharTokenizer))
@@ -200,8 +207,15 @@ def resolve_last(value: str, found: List[Tuple[int, Path]], exp_dir: Path, patte
 
 
 def check_methods(model: torch.nn.Module, methods: Sequence[str], family: str) -> None:
-    """CTC search needs ``log_probs``, generation ``generate_ids`` (asr.family)."""
+    """CTC search needs ``log_probs``, generation ``generate_ids``, streaming decoding
+    ``streaming_ids`` (asr.family)."""
     for method in methods:
+        if method in STREAMING_METHODS:
+            if not hasattr(model, "streaming_ids"):
+                raise SystemExit(f"ERROR: decode.methods: {method} needs a streaming model (streaming_ids(); "
+                                 f"LLM-CTC trained with model.streaming=true), not this {family} model "
+                                 f"({type(model).__name__})")
+            continue
         needed = "generate_ids" if method in GENERATION_METHODS else "log_probs"
         if not hasattr(model, needed):
             kind = "generation (llm-* methods)" if needed == "log_probs" else "CTC search (ctc-* methods)"
@@ -216,9 +230,11 @@ def decode_test_set(
     """Decoding setting -> (cut_id, reference words, hypothesis words) of every cut, and
     decoding setting -> real-time factor (seconds of computation per second of audio;
     the CTC methods share the time of the model's one forward pass per batch)."""
-    results: Dict[str, List[Result]] = {method_key(m, options): [] for m in options.methods}
-    busy = {method_key(m, options): 0.0 for m in options.methods}
-    ctc_methods = [m for m in options.methods if m not in GENERATION_METHODS]
+    settings = decoding_settings(options)
+    results: Dict[str, List[Result]] = {key: [] for _, _, key in settings}
+    busy = {key: 0.0 for _, _, key in settings}
+    largest_cache: Dict[str, int] = {}
+    ctc_methods = [m for m in options.methods if m not in GENERATION_METHODS + STREAMING_METHODS]
     started, done_cuts, done_seconds = time.monotonic(), 0, 0.0
     last_report = started
     for batch_index, batch in enumerate(loader, start=1):
@@ -231,12 +247,16 @@ def decode_test_set(
             with torch.inference_mode():
                 log_probs, lengths = model.log_probs(features, feature_lens)
             forward_seconds = time.perf_counter() - forward_started
-        for method in options.methods:
+        for method, history, key in settings:
             method_started = time.perf_counter()
-            token_ids = search_batch(model, method, options, tokenizer.blank_id, features, feature_lens,
-                                     *((log_probs, lengths) if method in ctc_methods else (None, None)))
+            if method in STREAMING_METHODS:
+                token_ids, caches = model.streaming_ids(features, feature_lens, history, method, beam=options.beam,
+                                                        token_penalty=options.token_penalty)
+                largest_cache[key] = max(largest_cache.get(key, 0), *caches)
+            else:
+                token_ids = search_batch(model, method, options, tokenizer.blank_id, features, feature_lens,
+                                         *((log_probs, lengths) if method in ctc_methods else (None, None)))
             hypotheses = [text.split() for text in tokenizer.decode_batch(token_ids)]
-            key = method_key(method, options)
             busy[key] += time.perf_counter() - method_started + (forward_seconds if method in ctc_methods else 0.0)
             results[key].extend(zip(batch["cut_ids"], references, hypotheses))
         done_cuts += len(batch["cut_ids"])
@@ -253,6 +273,10 @@ def decode_test_set(
     for key, rtf in rtfs.items():
         logging.info("%s, %s: real-time factor %.4f (%.1f s for %.1f s of audio)", name, key, rtf, busy[key],
                      done_seconds)
+    for (_, history, key) in settings:
+        if key in largest_cache:  # the model raised if any utterance exceeded the bound
+            logging.info("%s, %s: largest KV cache %d positions, within the bound P + 2A + J = %d on every "
+                         "utterance", name, key, largest_cache[key], model.cache_bound(history))
     return results, rtfs
 
 
@@ -269,14 +293,26 @@ def search_batch(model: torch.nn.Module, method: str, options: DecodeOptions, bl
         return model.generate_ids(features, feature_lens, beam=None if method == "llm-greedy-search" else options.beam)
 
 
-def method_key(method: str, options: DecodeOptions) -> str:
-    """The setting's name in file names and summaries (icefall's, plus a nonzero token penalty)."""
-    if method in ("ctc-greedy-search", "llm-greedy-search"):
-        return method
+def decoding_settings(options: DecodeOptions) -> List[Tuple[str, Optional[int], str]]:
+    """(method, history seconds or None, key) of every setting: one per method, and one
+    per ``decode.history_seconds`` value for the streaming methods."""
+    settings = []
+    for method in options.methods:
+        histories = options.history_seconds if method in STREAMING_METHODS else (None,)
+        settings += [(method, history, method_key(method, options, history)) for history in histories]
+    return settings
+
+
+def method_key(method: str, options: DecodeOptions, history: Optional[int] = None) -> str:
+    """The setting's name in file names and summaries (icefall's, plus a nonzero token
+    penalty, plus the left history of a streaming method: ``_history-8s``)."""
+    suffix = "" if history is None else f"_history-{history}s"
+    if method in ("ctc-greedy-search", "llm-greedy-search", "ctc-streaming-greedy-search"):
+        return method + suffix
     key = f"{method}_beam-{options.beam}"
-    if options.token_penalty and method == "ctc-prefix-beam-search":
+    if options.token_penalty and method in ("ctc-prefix-beam-search", "ctc-streaming-prefix-beam-search"):
         key += f"_token-penalty-{options.token_penalty:g}"
-    return key
+    return key + suffix
 
 
 def load_lexicon(lang_dir: str, saved: RunConfig) -> Tokenizer:
@@ -378,6 +414,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--max-duration", help="decode.max_duration")
     parser.add_argument("--num-workers", help="data.num_workers")
     parser.add_argument("--device", help="decode.device: auto, cpu, cuda")
+    parser.add_argument("--history-seconds", nargs="+", help="decode.history_seconds (ctc-streaming-* methods)")
     return parser.parse_args(argv)
 
 

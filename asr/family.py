@@ -26,7 +26,12 @@ The model is a ``torch.nn.Module`` with
   ``generate_ids(features, feature_lens, beam=None) -> token ids per utterance`` in
   place of ``log_probs`` (``decode.methods`` llm-greedy-search / llm-beam-search);
 * optionally ``prepare_for_decoding()``, called once after the weights are loaded
-  (e.g. LoRA merged into the base weights).
+  (e.g. LoRA merged into the base weights);
+* optionally ``set_batch_index(index)`` (the global step number before each training
+  step: randomness keyed by the step stays exact on resume) and, for decoding chunk by
+  chunk (``decode.methods`` ctc-streaming-*), ``streaming_ids(features, feature_lens,
+  history_seconds, method, beam, token_penalty) -> (token ids, largest cache per
+  utterance)`` and ``cache_bound(history_seconds)`` (streaming LLM-CTC).
 
 An optimizer that clips gradients does so inside its ``step()``: ``GradScaler.step``
 unscales fp16 gradients before calling it.

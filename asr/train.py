@@ -299,6 +299,8 @@ def training_step(trainee: Trainee, batch: dict, targets: List[List[int]], batch
     feature_lens = batch["feature_lens"].to(device)
     if hasattr(model, "set_batch_count"):
         model.set_batch_count(batch_idx_train * trainee.schedule_units_per_batch)
+    if hasattr(model, "set_batch_index"):
+        model.set_batch_index(batch_idx_train)  # randomness keyed by the step (streaming LLM-CTC's history)
     with autocast_context(trainee.precision, device):
         loss, stats = trainee.trained_model(features, feature_lens, targets, return_stats=True)
     trainee.scaler.scale(loss).backward()

@@ -82,6 +82,15 @@ class LLMASRConfig:
     max_new_tokens: int = 200
     ce_beam: int = 4
     length_penalty: float = 1.0
+    # Streaming LLM-CTC (Sec. 4.3, App. D.4; query readout only): chunks of
+    # ``streaming_chunk_seconds``, all trained in parallel under the bounded-history mask
+    # with one history h per batch (``streaming_max_history`` s with probability 1/2, each
+    # shorter whole second equally often), validated and decoded by ``log_probs`` at
+    # h = ``streaming_max_history``; h is drawn from ``streaming_seed`` and the step number.
+    streaming: bool = False
+    streaming_chunk_seconds: int = 2
+    streaming_max_history: int = 8
+    streaming_seed: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.lora_targets, str):
@@ -115,6 +124,12 @@ class LLMASRConfig:
                              f"{self.blank_cosine_threshold}")
         if self.blank_id is not None and self.blank_id < 0:
             raise ValueError(f"model.blank_id must be >= 0 or None, got {self.blank_id}")
+        if self.streaming and (self.objective != "ctc" or self.readout != "query"):
+            raise ValueError("model.streaming needs model.objective 'ctc' and model.readout 'query' (Sec. 4.3), "
+                             f"got {self.objective!r} and {self.readout!r}")
+        for name in ("streaming_chunk_seconds", "streaming_max_history"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1 (whole seconds), got {getattr(self, name)}")
         if self.beam is not None and not self.beam > 0:
             raise ValueError(f"model.beam must be > 0 or None, got {self.beam}")
 

@@ -74,6 +74,10 @@ def build_model(config: LLMASRConfig, vocab_size: int, blank_id: int) -> nn.Modu
         raise ValueError(f"the LLM head of {config.llm} has {model.head_weight.shape[0]} classes with blank "
                          f"{model.blank_id}, but the lexicon says {vocab_size} classes with blank {blank_id}: "
                          "model.llm and model.tokenizer do not belong together")
+    if config.streaming:
+        from llm_ctc.streaming_toolkit import StreamingToolkitLLMCTC
+
+        return StreamingToolkitLLMCTC(model)
     return ToolkitLLMCTC(model)
 
 

@@ -143,3 +143,25 @@ def evictable(tau: int, chunk_start: int, chunk_frames: int, history_seconds: in
     """After chunk b, a non-prompt cache entry is dropped when tau < a_b + 0.01 F_b - h
     (App. E): for a full chunk exactly the entries the next chunk cannot see."""
     return tau < chunk_start + chunk_frames - TICKS_PER_SECOND * history_seconds
+
+
+def streaming_frame_count(grid: TimeGrid, frames, chunk_seconds: int = 2):
+    """T_n = sum_b T_b of ``frames`` feature frames cut into chunks (an int or a long
+    tensor of them): the CTC frames of the concatenated query outputs (eq. 11)."""
+    full = chunk_seconds * TICKS_PER_SECOND
+    return (frames // full) * grid.count(full) + grid.count(frames % full)
+
+
+def cache_bound(prompt_len: int, grid: TimeGrid, history_seconds: int, chunk_seconds: int = 2) -> int:
+    """P + 2A + J (App. E): the most KV-cache positions of one utterance. A = T_b of a full
+    chunk; J = the speech and query positions whose tau lies in the last h seconds before
+    a full chunk's end, which eviction keeps (for the Qwen3-ASR grid, 2 s chunks and
+    h = 8 s: A = 26, J = 208). A short last chunk adds fewer than 2A and its eviction
+    cutoff only matters for chunks that do not come."""
+    full = chunk_seconds * TICKS_PER_SECOND
+    history = TICKS_PER_SECOND * history_seconds
+    offsets = grid.offsets(grid.count(full))
+    chunks = -(-history // full) + 1  # enough full chunks before the end to fill h
+    end = chunks * full
+    retained = sum(1 for c in range(chunks) for offset in offsets if c * full + offset >= end - history)
+    return prompt_len + 2 * len(offsets) + 2 * retained

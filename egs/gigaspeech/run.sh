@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # GigaSpeech recipe. Data stages 0-8, then 10 training, 11 decoding, 12 the WER table, 13 ONNX
 # export and sherpa-onnx decoding; 20-25 LLM-CTC and LLM-CE on a frozen speech encoder
-# (20 128-bin fbank, 21 the Zipformer as encoder, 22/23 LLM-CTC train/decode, 24/25 LLM-CE).
+# (20 128-bin fbank, 21 the Zipformer as encoder, 22/23 LLM-CTC train/decode, 24/25 LLM-CE);
+# 30-34 paper Table 5 (Qwen3-ASR fine-tuned as offline and streaming Query-readout LLM-CTC,
+# on the 128-bin features of stage 20).
 #   ./run.sh --stage 0 --stop-stage 8 --nj 8      # data (the default stage range)
 #   ./run.sh --stage 10 --stop-stage 12           # Zipformer-M, Pruned CTC, 2 GPUs, 60 epochs
 #   ./run.sh --stage 20 --stop-stage 25 --num-gpus 8 --llm Qwen/Qwen3-8B --llm-encoder spear \
 #     --llm-encoder-path download/spear-xlarge-speech-audio-v2-icefall   # Table 3's SPEAR-Qwen3-8B
+#   ./run.sh --stage 30 --stop-stage 34 --table5-model Qwen/Qwen3-ASR-1.7B   # Table 5, one column
 # LLM settings live in conf/llm_<ctc|ce>_<spear|zipformer|qwen3_asr>.yaml (--llm-args,
 # --llm-decode-args override them as --train-args does for stages 10-13).
 # Hyper-parameters live in conf/train.yaml (override: --train-args "data.max_duration=700").
@@ -32,9 +35,13 @@ llm_encoder=spear              # spear (Table 3), zipformer (stage 10's model) o
 llm_encoder_path=""            # default: the conf's model.encoder_path (zipformer: stage 21's file)
 llm_args=""                    # section.field=value overrides of the LLM training, e.g. "data.max_duration=100"
 llm_decode_args=""             # and of its decoding, e.g. "decode.beam=8"
+table5_model=Qwen/Qwen3-ASR-0.6B  # stages 30-34: hub name or folder of a Qwen3-ASR checkpoint
+table5_fbank_dir=data/fbank128    # its 128-bin features (stage 20)
+table5_projector_hidden=""     # default: the encoder width of 0.6B (896) or 1.7B (1024) from the name
+table5_options=(table5_model table5_fbank_dir table5_projector_hidden)
 parse_options stage stop_stage nj dl_dir subsets train_subset eval_subsets xl_chunk_size \
   vocab_sizes bpe_model_type gigaspeech_host start stop lang_dir llm llm_encoder llm_encoder_path \
-  llm_args llm_decode_args "${training_options[@]}" -- "$@"
+  llm_args llm_decode_args "${training_options[@]}" "${table5_options[@]}" -- "$@"
 recipe_setup
 split_dir=$fbank_dir/gigaspeech_${train_subset}_split
 
@@ -236,3 +243,71 @@ for objective in ctc ce; do
     fi
   fi
 done
+
+# --- Paper Table 5: offline and streaming Query-readout LLM-CTC from Qwen3-ASR -----------
+# (Sec. 4.3, 5.4, App. D.4.) conf/table5_qwen3_asr.yaml fine-tunes --table5-model (LoRA on
+# its language model, its projector, the query and the blank offset; encoder and head
+# frozen) on the 128-bin features in --table5-fbank-dir: 30 offline, 32 streaming (2 s
+# chunks, one history of 1-8 s per batch); 31 and 33 decode dev and test by prefix beam
+# search (beam 4, token penalty 0.7), 33 chunk by chunk at h = 2, 4, 8 s with the KV cache;
+# 34 prints the table. --train-args / --decode-args apply to both models.
+table5_name=$(basename "$table5_model" | tr '[:upper:]' '[:lower:]')
+table5_offline=exp/table5_offline_$table5_name
+table5_streaming=exp/table5_streaming_$table5_name
+if [ "$stop_stage" -ge 30 ] && [ "$stage" -le 34 ]; then
+  if [ -z "$table5_projector_hidden" ]; then
+    case "$table5_name" in
+      *0.6b*) table5_projector_hidden=896 ;;
+      *1.7b*) table5_projector_hidden=1024 ;;
+      *) die "--table5-model $table5_model: give --table5-projector-hidden (its encoder width; 0.6B: 896, 1.7B: 1024)" ;;
+    esac
+  fi
+  table5_sets=()
+  for subset in $eval_subsets; do
+    table5_sets+=("${subset,,}=$table5_fbank_dir/gigaspeech_cuts_$subset.jsonl.gz")
+  done
+  train_config=conf/table5_qwen3_asr.yaml
+  table5_settings=(model.llm="$table5_model" model.encoder_path="$table5_model"
+    model.projector_hidden="$table5_projector_hidden"
+    data.train_cuts="$table5_fbank_dir/gigaspeech_${train_subset}_split/gigaspeech_cuts_$train_subset.[0-9]*.jsonl.gz"
+    data.valid_cuts="$table5_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz")
+  table5_decode_args=$decode_args
+fi
+
+# table5_model_settings offline|streaming: exp_dir and train_settings of one Table 5 model.
+table5_model_settings() {
+  if [ "$1" = offline ]; then
+    exp_dir=$table5_offline
+    training_settings "${table5_settings[@]}"
+  else
+    exp_dir=$table5_streaming
+    training_settings "${table5_settings[@]}" model.streaming=true
+  fi
+}
+
+if run_stage 30 "Table 5 offline: fine-tune $table5_model as Query-readout LLM-CTC into $table5_offline"; then
+  table5_model_settings offline
+  train_model
+fi
+
+if run_stage 31 "Table 5 offline: decode ${eval_sets[*]} with $table5_offline"; then
+  table5_model_settings offline
+  decode_args="decode.methods=ctc-prefix-beam-search $table5_decode_args"
+  decode_model "${table5_sets[@]}"
+fi
+
+if run_stage 32 "Table 5 streaming: fine-tune $table5_model with model.streaming into $table5_streaming"; then
+  table5_model_settings streaming
+  train_model
+fi
+
+if run_stage 33 "Table 5 streaming: decode ${eval_sets[*]} with $table5_streaming at h = 2, 4, 8 s"; then
+  table5_model_settings streaming
+  decode_args="decode.methods=ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $table5_decode_args"
+  decode_model "${table5_sets[@]}"
+fi
+
+if run_stage 34 "Table 5: offline and streaming WER side by side"; then
+  python -m llm_ctc.streaming_table --offline "$table5_offline" --streaming "$table5_streaming" \
+    --sets "${eval_sets[@]}"
+fi

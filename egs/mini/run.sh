@@ -8,12 +8,14 @@
 #   ./run.sh --stage 6 --stop-stage 6                           # ONNX export + sherpa-onnx
 #   ./run.sh --stage 7 --stop-stage 9                           # LLM-CTC after stages 0-5
 #   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
+#   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 7
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
 # section). Not run by default: 6 exports those weights to ONNX and decodes with sherpa-onnx;
 # (RESULTS.md, "LLM-CTC") 7 the LLM's parts (stage 5's decoding weights of the Zipformer as
 # one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts),
-# 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it.
+# 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it; 10 streaming LLM-CTC from the
+# same preset: train, decode at h = 2, 4, 8 s, per-chunk latency over 60 s.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -128,4 +130,25 @@ fi
 
 if run_stage 9 "decode test-clean with the LLM of $exp_dir"; then
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
+fi
+
+# Streaming LLM-CTC (paper Sec. 4.3, App. D.4; RESULTS.md "Streaming LLM-CTC"): the preset of
+# stage 8 with the query readout, trained under the bounded-history mask (2 s chunks, one
+# history of 1-8 s per batch), decoded chunk by chunk with the KV cache at h = 2, 4, 8 s
+# beside one parallel masked pass (ctc-greedy-search / ctc-prefix-beam-search at h = 8 s),
+# then the per-chunk compute and cache size over a 60 s input made of test utterances.
+streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
+  model.streaming_max_history=8)
+if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into exp/${tag}_$(basename "$llm_config" .yaml)_streaming"; then
+  train_config=$llm_config
+  exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
+  training_settings model.llm="$llm_dir" model.encoder_path="$encoder_weights" \
+    data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
+    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${streaming_settings[@]}"
+  train_model
+  decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $decode_args"
+  decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
+  python -m llm_ctc.streaming_latency --config "$train_config" "${train_settings[@]}" \
+    --cuts "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" --seconds 60 --history 8 \
+    --output-dir "$exp_dir/latency"
 fi

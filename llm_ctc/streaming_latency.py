@@ -1,0 +1,161 @@
+"""Per-chunk compute and KV-cache size of streaming LLM-CTC over one long input (paper
+Sec. 4.3, App. E: the cache never holds more than P + 2A + J positions, so the work per
+chunk stops growing once the history is full)::
+
+    python -m llm_ctc.streaming_latency --config conf/llm_ctc.yaml train.exp_dir=exp/full_llm_ctc_streaming \\
+        --cuts data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --seconds 60 --history 8 \\
+        --output-dir exp/full_llm_ctc_streaming/latency
+
+The weights are those the configuration's decode section chooses (as ``asr.decode``).
+Test utterances' features are concatenated in manifest order up to ``--seconds`` and fed
+one chunk at a time to :class:`llm_ctc.streaming_recognizer.StreamingRecognizer` (greedy
+search, one torch thread by default). Writes ``chunks.csv`` (chunk index, start second,
+cache positions attended by the chunk, cache positions kept after it, milliseconds) and
+``summary.md``; exits with an error if a chunk attends to more than P + 2A + J positions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import platform
+import statistics
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import torch
+
+from asr.atomic_io import write_text_atomically
+from llm_ctc.streaming_layout import TICKS_PER_SECOND
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=None,
+                        help="the training preset (asr.config); without it: the defaults and the overrides")
+    parser.add_argument("overrides", nargs="*", help="section.field=value overrides (train.exp_dir=...)")
+    parser.add_argument("--cuts", type=Path, required=True, help="cut manifest with features (test utterances)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="length of the concatenated input")
+    parser.add_argument("--history", type=int, default=8, help="left history h in seconds")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--output-dir", type=Path, required=True)
+    return parser.parse_args(argv)
+
+
+def load_streaming_model(config_path: Optional[Path], overrides: Sequence[str]):
+    """The toolkit model with the weights of the decode section's choice, ready to decode."""
+    from asr.averaging import weights_for_decoding
+    from asr.checkpoint import load_model_weights
+    from asr.config import load_run_config
+    from asr.decode import choose_weights, load_lexicon
+    from asr.family import load_family
+
+    config = load_run_config(config_path, overrides)
+    exp_dir = Path(config.train.exp_dir)
+    if not exp_dir.is_dir():
+        raise FileNotFoundError(f"train.exp_dir: experiment folder not found: {exp_dir}")
+    weights = choose_weights(exp_dir, config.decode)
+    if not getattr(weights.saved.model, "streaming", False):
+        raise ValueError(f"{weights.paths[-1]} is not a streaming LLM-CTC model (model.streaming is false)")
+    tokenizer = load_lexicon(config.train.lang_dir, weights.saved)
+    model = load_family(weights.saved.family).build_model(weights.saved.model, tokenizer.vocab_size,
+                                                           tokenizer.blank_id)
+    load_model_weights(model, weights_for_decoding(exp_dir, epoch=weights.epoch, iteration=weights.iteration,
+                                                   avg=config.decode.avg,
+                                                   use_averaged_model=config.decode.use_averaged_model))
+    model.prepare_for_decoding()
+    return model.eval(), weights.suffix
+
+
+def long_input(manifest: Path, seconds: float) -> torch.Tensor:
+    """(T, F) features of the manifest's cuts, concatenated up to ``seconds``."""
+    from asr.data import load_cuts_lazy
+
+    wanted, parts, frames = int(round(seconds * TICKS_PER_SECOND)), [], 0
+    for cut in load_cuts_lazy(manifest, "--cuts"):
+        features = torch.from_numpy(cut.load_features())
+        parts.append(features)
+        frames += features.shape[0]
+        if frames >= wanted:
+            return torch.cat(parts)[:wanted]
+    raise ValueError(f"--cuts {manifest} holds {frames / TICKS_PER_SECOND:.1f} s of features, fewer than "
+                     f"--seconds {seconds:g}")
+
+
+def measure(model, features: torch.Tensor, history: int) -> List[dict]:
+    """One row per chunk: its start, the cache positions it attends to (kept ones and its
+    own 2 T_b), the positions kept after it, and its compute time."""
+    from llm_ctc.streaming_recognizer import StreamingRecognizer
+
+    recognizer = StreamingRecognizer(model.speech_llm, history, model.chunk_seconds)
+    per_chunk = model.chunk_seconds * TICKS_PER_SECOND
+    rows = []
+    for start in range(0, features.shape[0], per_chunk):
+        kept_before = recognizer.llm.cache_size
+        results = recognizer.accept_features(features[start:start + per_chunk])
+        if start + per_chunk >= features.shape[0]:
+            results += recognizer.finish()
+        for result in results:
+            attended = kept_before + 2 * model.grid.count(result.frames)
+            rows.append({"chunk": result.index, "start_seconds": start / TICKS_PER_SECOND,
+                         "attended_positions": attended, "kept_positions": recognizer.llm.cache_size,
+                         "milliseconds": round(1000 * result.seconds, 2)})
+    return rows
+
+
+def summary(rows: List[dict], bound: int, history: int, seconds: float, suffix: str, threads: int) -> str:
+    times = [row["milliseconds"] for row in rows]
+    full = rows[:-1] or rows  # the last chunk may be short
+    most = max(row["attended_positions"] for row in full)
+    steady = [row["milliseconds"] for row in full if row["attended_positions"] == most]
+    lines = [
+        f"# Streaming LLM-CTC per-chunk compute over a {seconds:g} s input ({suffix})",
+        "",
+        f"h = {history} s, {len(rows)} chunks, {threads} torch thread(s), {platform.processor() or platform.machine()}; "
+        f"cache bound P + 2A + J = {bound} positions.",
+        "",
+        f"- largest cache attended by a chunk: {max(r['attended_positions'] for r in rows)} positions",
+        f"- first chunk {times[0]:.1f} ms; median of chunks 2-5 {statistics.median(times[1:5] or times):.1f} ms; "
+        f"median of the last 10 {statistics.median(times[-10:]):.1f} ms; "
+        f"median of the {len(steady)} chunks at the full cache {statistics.median(steady):.1f} ms",
+        "",
+        "| chunk | start (s) | attended positions | kept after | ms |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r['chunk']} | {r['start_seconds']:g} | {r['attended_positions']} | {r['kept_positions']} | "
+              f"{r['milliseconds']:.1f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> List[dict]:
+    args = parse_args(argv)
+    if args.history < 1 or args.seconds <= 0:
+        raise SystemExit(f"ERROR: --history must be >= 1 and --seconds > 0, got {args.history} and {args.seconds}")
+    torch.set_num_threads(args.threads)
+    try:
+        model, suffix = load_streaming_model(args.config, args.overrides)
+        features = long_input(args.cuts, args.seconds)
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"ERROR: {error}") from None
+    with torch.inference_mode():
+        rows = measure(model, features, args.history)
+    bound = model.cache_bound(args.history)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomically(args.output_dir / "chunks.csv", table.getvalue())
+    text = summary(rows, bound, args.history, args.seconds, suffix, args.threads)
+    write_text_atomically(args.output_dir / "summary.md", text)
+    print("\n".join(text.splitlines()[:8]))
+    largest = max(row["attended_positions"] for row in rows)
+    if largest > bound:
+        raise SystemExit(f"ERROR: a chunk attended to {largest} cache positions, more than P + 2A + J = {bound}")
+    return rows
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,110 @@
+"""Streaming LLM-CTC as the toolkit's trainer and decoder see it (``model.streaming:
+true``; Sec. 4.3, App. D.4, App. E).
+
+Training (:meth:`StreamingToolkitLLMCTC.forward` in training mode): per batch one
+history h (App. D.4: ``streaming_max_history`` = 8 s with probability 1/2, each of
+1-7 s with 1/14), a function of ``model.streaming_seed`` and the global step number
+(``set_batch_index``, called by :mod:`asr.train` before each step) so that a resumed run
+draws the same h for the same step. The same h bounds the encoder windows (the preceding
+h seconds with the chunk, :mod:`llm_ctc.streaming_encoder`) and the LLM mask; all chunks
+of all utterances run in parallel; the loss is the utterance-level Pruned CTC over the
+query outputs concatenated in chunk order (eq. 11). In evaluation mode (validation) h is
+``streaming_max_history``.
+
+What is per chunk: the encoder input (each chunk's window of h seconds of history and the
+chunk, batched as independent sequences), the projector, the mask, the time coordinates.
+What is not: the features are the utterance's fbank sliced at chunk boundaries (the
+data pipeline computes and SpecAugments whole cuts), so a frame whose 25 ms window
+straddles a boundary and SpecAugment's time warp / masks near a boundary see the
+neighbouring chunk's audio; the Zipformer fbank has no normalization to redo per chunk.
+
+Decoding: ``log_probs`` is the parallel masked computation at h =
+``streaming_max_history`` (what a chunk-by-chunk decoder with that history computes, in
+one pass); ``streaming_ids`` runs each utterance chunk by chunk through
+:class:`llm_ctc.streaming_recognizer.StreamingRecognizer` (KV cache with eviction, CTC
+search state carried across chunks) and checks the cache bound P + 2A + J of App. E.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from llm_ctc.family import FrameCount, ToolkitLLMCTC
+from llm_ctc.streaming import history_for_step, parallel_query_states, streaming_training_loss
+from llm_ctc.streaming_encoder import streaming_grid, streaming_speech_embeddings
+from llm_ctc.streaming_layout import cache_bound, streaming_frame_count
+
+STREAMING_SEARCHES = {"ctc-streaming-greedy-search": "ctc-greedy-search",
+                      "ctc-streaming-prefix-beam-search": "ctc-prefix-beam-search"}
+
+
+class CacheBoundExceeded(RuntimeError):
+    """An utterance's KV cache held more than P + 2A + J positions."""
+
+
+class StreamingToolkitLLMCTC(ToolkitLLMCTC):
+    def __init__(self, speech_llm) -> None:
+        super().__init__(speech_llm)
+        config = speech_llm.config
+        if not config.streaming:
+            raise ValueError("StreamingToolkitLLMCTC needs model.streaming true")
+        self.chunk_seconds = config.streaming_chunk_seconds
+        self.max_history = config.streaming_max_history
+        self.seed = config.streaming_seed
+        self.grid = streaming_grid(config)
+        self.batch_index = 0
+        self.last_history: Optional[int] = None  # the h of the latest forward (for logs and tests)
+
+    def set_batch_index(self, index: int) -> None:
+        """The global step number of the next training batch (from 1)."""
+        self.batch_index = int(index)
+
+    def history_seconds(self) -> int:
+        if not self.training:
+            return self.max_history
+        return history_for_step(self.seed, self.batch_index, self.max_history)
+
+    def forward(self, features: Tensor, feature_lens: Tensor, targets: List[List[int]], return_stats: bool = True):
+        history = self.history_seconds()
+        self.last_history = history
+        loss, info = streaming_training_loss(self.speech_llm, features, feature_lens, targets, history,
+                                             chunk_seconds=self.chunk_seconds)
+        return (loss, info["loss_stats"]) if return_stats else loss
+
+    def output_lengths(self, num_feature_frames: FrameCount) -> FrameCount:
+        """CTC frames of the concatenated query outputs: sum over chunks of T_b."""
+        return streaming_frame_count(self.grid, num_feature_frames, self.chunk_seconds)
+
+    def log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """Full-head log-probabilities of the parallel masked forward at h =
+        ``streaming_max_history``, float32, and T_n."""
+        model = self.speech_llm
+        speech, layouts = streaming_speech_embeddings(model, features, feature_lens, self.max_history,
+                                                      self.chunk_seconds)
+        states, lens = parallel_query_states(model, speech, layouts, self.max_history)
+        return model.log_probs_of_states(states), lens
+
+    def cache_bound(self, history_seconds: int) -> int:
+        return cache_bound(len(self.speech_llm.prompt_ids), self.grid, history_seconds, self.chunk_seconds)
+
+    def streaming_ids(self, features: Tensor, feature_lens: Tensor, history_seconds: int, method: str,
+                      beam: int = 4, token_penalty: float = 0.0) -> Tuple[List[List[int]], List[int]]:
+        """Token ids per utterance decoded chunk by chunk with a KV cache of history
+        ``history_seconds``, and each utterance's largest cache; CacheBoundExceeded when
+        one exceeds P + 2A + J."""
+        from llm_ctc.streaming_recognizer import recognize_streaming
+
+        if method not in STREAMING_SEARCHES:
+            raise ValueError(f"unknown streaming method {method!r}; valid: {', '.join(STREAMING_SEARCHES)}")
+        with torch.inference_mode():
+            ids, _, largest = recognize_streaming(self.speech_llm, features, feature_lens, history_seconds,
+                                                  STREAMING_SEARCHES[method], beam, token_penalty,
+                                                  self.chunk_seconds)
+        bound = self.cache_bound(history_seconds)
+        if max(largest) > bound:
+            raise CacheBoundExceeded(f"KV cache of {max(largest)} positions at h = {history_seconds} s, more than "
+                                     f"the bound P + 2A + J = {bound}")
+        return ids, largest

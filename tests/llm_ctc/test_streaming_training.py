@@ -1,0 +1,126 @@
+"""Streaming LLM-CTC through the shared trainer (asr.train with model.streaming=true):
+the history of every step reaches the model, validation runs at the longest history, and
+a resumed run is the uninterrupted one bit for bit. 1-second chunks and histories of 1 or
+2 s, so that the 1.2-2.2 s cuts of the tiny corpus have two or three chunks."""
+
+import shutil
+from pathlib import Path
+from typing import List
+
+import pytest
+import torch
+
+from asr.train import main as train
+from llm_ctc.streaming import history_for_step
+
+STREAMING = ["model.streaming=true", "model.readout=query", "model.streaming_chunk_seconds=1",
+             "model.streaming_max_history=2", "model.streaming_seed=4"]
+
+
+def arguments(corpus, ctc_config, exp_dir: Path, *extra: str) -> List[str]:
+    return [
+        "family=llm_ctc", f"model.llm={ctc_config.llm}", f"model.tokenizer={ctc_config.tokenizer}",
+        f"model.encoder_path={ctc_config.encoder_path}", "model.projector_stack=2", "model.projector_hidden=48",
+        "model.lora_rank=4", "model.lora_alpha=8", "model.lora_dropout=0.1", *STREAMING,
+        "optim.lr=1e-3", "optim.warmup_batches=2", "optim.decay_batches=10", "optim.clip_norm=1.0",
+        f"train.exp_dir={exp_dir}", f"data.train_cuts={corpus['train']}", f"data.valid_cuts={corpus['valid']}",
+        "data.max_duration=4", "data.num_buckets=2", "data.num_workers=0", "data.enable_musan=false",
+        "data.enable_spec_aug=false", "train.num_epochs=2", "train.save_every_n=1", "train.keep_last_k=0",
+        "train.average_period=1", "train.log_interval=1", "train.tensorboard=false", "train.device=cpu", *extra,
+    ]
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_training_corpus, ctc_config, tmp_path_factory):
+    """(exp_dir, [(step, h the model used)], the model after the run)."""
+    exp_dir = tmp_path_factory.mktemp("streaming_exp")
+    seen, models = [], []
+
+    def after_step(run, batch, state) -> None:
+        seen.append((state.batch_idx_train, run.model.last_history))
+        models[:] = [run.model]
+
+    train(arguments(small_training_corpus, ctc_config, exp_dir), after_step=after_step)
+    return exp_dir, seen, models[0]
+
+
+def test_each_step_trains_at_its_drawn_history_and_validation_at_the_longest(uninterrupted):
+    exp_dir, seen, model = uninterrupted
+    assert len(seen) > 4
+    assert seen == [(step, history_for_step(4, step, 2)) for step, _ in seen]
+    assert {h for _, h in seen} == {1, 2}
+    assert model.last_history == 2  # the validation after the last epoch
+    assert load(exp_dir / "epoch-2.pt")["config"]["model"]["streaming"] is True
+
+
+def test_resumed_streaming_training_matches_uninterrupted_bit_for_bit(small_training_corpus, ctc_config,
+                                                                      uninterrupted, tmp_path):
+    exp_dir, _, _ = uninterrupted
+    assert load(exp_dir / "epoch-1.pt")["batch_idx_train"] > 2  # checkpoint-2.pt is mid-epoch
+    for name in ("checkpoint-2.pt", "epoch-1.pt"):
+        shutil.copy(exp_dir / name, tmp_path / name)
+    resumed = []
+    train(arguments(small_training_corpus, ctc_config, tmp_path, "train.start_batch=2"),
+          after_step=lambda run, batch, state: resumed.append((state.batch_idx_train, run.model.last_history)))
+    assert resumed[0][0] == 3
+    first, second = load(exp_dir / "epoch-2.pt"), load(tmp_path / "epoch-2.pt")
+    for entry in ("model", "model_avg"):
+        for name, tensor in first[entry].items():
+            assert torch.equal(tensor, second[entry][name]), f"{entry}.{name} differs"
+
+
+def test_asr_decode_writes_streaming_results_per_history(small_training_corpus, uninterrupted):
+    """Through asr.decode: one setting per history; with h = 2 s covering every cut (at
+    most 2.2 s, the model's longest history) the chunk-by-chunk hypotheses are those of
+    ctc-greedy-search, which searches the parallel masked forward at h = 2 s."""
+    from asr.decode import main as decode
+
+    exp_dir, _, _ = uninterrupted
+    rates = decode([f"--exp-dir={exp_dir}", "--epoch=2", "--avg=1", "--use-averaged-model=false",
+                    f"--test-cuts=train={small_training_corpus['train']}", "--num-workers=0",
+                    "--history-seconds", "1", "2", "--token-penalty=0.3",
+                    "--method", "ctc-greedy-search", "ctc-streaming-greedy-search",
+                    "ctc-streaming-prefix-beam-search"])
+    keys = {"ctc-greedy-search", "ctc-streaming-greedy-search_history-1s", "ctc-streaming-greedy-search_history-2s",
+            "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_history-1s",
+            "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_history-2s"}
+    assert set(rates["train"]) == keys
+
+    def hypotheses(key):
+        text = (exp_dir / f"recogs-train-{key}-epoch-2_avg-1.txt").read_text()
+        return [line for line in text.splitlines() if "hyp=" in line]
+
+    offline = hypotheses("ctc-greedy-search")
+    assert len(offline) == 6 and any("hyp=[]" not in line for line in offline)
+    assert hypotheses("ctc-streaming-greedy-search_history-2s") == offline
+    assert rates["train"]["ctc-streaming-greedy-search_history-2s"] == rates["train"]["ctc-greedy-search"]
+
+
+def test_latency_command_measures_every_chunk_within_the_cache_bound(small_training_corpus, ctc_config,
+                                                                      uninterrupted, tmp_path):
+    """8 s of the training cuts' features in 1 s chunks at h = 1 s: from the second chunk
+    on each chunk attends to the prompt, the 13 kept pairs of the previous chunk and its
+    own 13 pairs (P + 2A + J with A = J / 2 = 13, embeddings at 0, 0.08, ..., 0.96 s)."""
+    import csv
+
+    from llm_ctc.streaming_latency import main as latency
+
+    exp_dir, _, model = uninterrupted
+    rows = latency([*arguments(small_training_corpus, ctc_config, exp_dir),
+                    "decode.epoch=2", "decode.avg=1", "decode.use_averaged_model=false",
+                    "--cuts", str(small_training_corpus["train"]), "--seconds", "8", "--history", "1",
+                    "--output-dir", str(tmp_path)])
+    prompt = len(model.speech_llm.prompt_ids)
+    assert [row["chunk"] for row in rows] == list(range(8))
+    assert [row["attended_positions"] for row in rows] == [prompt + 26] + [prompt + 52] * 7
+    assert [row["kept_positions"] for row in rows] == [prompt + 26] * 8
+    assert model.cache_bound(1) == prompt + 52
+    assert all(row["milliseconds"] > 0 for row in rows)
+    with open(tmp_path / "chunks.csv") as table:
+        assert [int(row["attended_positions"]) for row in csv.DictReader(table)] == \
+            [row["attended_positions"] for row in rows]
+    assert "cache bound P + 2A + J = %d positions" % (prompt + 52) in (tmp_path / "summary.md").read_text()
