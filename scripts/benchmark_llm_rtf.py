@@ -127,9 +127,10 @@ def write_results(args, result, elapsed: float) -> None:
              f"Model: {model_description(args)}; FP32 weights. Inputs: {args.input_description}, "
              f"{result['audio']:.1f} s of audio, after {args.warmup} warm-up utterances; batch 1, "
              f"{args.threads} torch thread(s), greedy; {args.passes} passes per system, alternating. "
-             f"LLM-CE generated {sum(result['generated']):,} tokens in the last pass "
-             f"(limit: the references' {sum(result['expected']):,} + EOS; {stopped_early} utterances "
-             f"stopped at an EOS before the limit). 1-minute load at the start-end of each pass: "
+             f"LLM-CE generated {sum(result['generated']):,} tokens in the last pass, |y_n| + 1 steps per "
+             f"utterance, the last where a trained model emits EOS (references: "
+             f"{sum(result['expected']):,} tokens; {stopped_early} utterances stopped at an EOS before "
+             f"that). 1-minute load at the start-end of each pass: "
              f"{', '.join(loads)}. Wall time {elapsed:.0f} s.", "",
              "| system | RTF per pass | median RTF |", "|---|---|---|"]
     for name, values in passes.items():
