@@ -135,8 +135,8 @@ def write_results(rows, summary, args, elapsed: float, suffix: str) -> None:
                      f"| {s['paper_max_delta']} | {s['paper_above_criterion']} |")
     lines += ["", f"Smallest tested beam meeting max delta_n <= 1e-11: "
               f"{'none' if required is None else f'{required:g}'} (paper: 75). Estimates are FP64 "
-              "differences of two DP results on identical S, signed, not certified bounds; values "
-              "near 1e-16 are the numerical floor."]
+              "differences of two DP results on identical S, signed, not certified bounds; the "
+              "numerical floor is the rounding of two FP64 losses of order 10^2-10^3 (about 1e-13)."]
     write_text("\n".join(lines) + "\n", args.output_dir / f"results_{suffix}.md")
 
 
