@@ -185,7 +185,7 @@ def write_results(rows: list[dict], args) -> None:
                   "memory: peak above the resident head and inputs.", "",
                   "| method | time (s) | peak above head + inputs (MB) | standard / method memory | loss "
                   "| paper 8B (GiB) | paper 14B (GiB) |", "|---|---|---|---|---|---|---|"]
-        column, paper_index = "peak_extra_mb", 0
+        column = "peak_extra_mb"
     else:
         lines += ["Model: random LLM-CTC from config (BF16 Qwen3 layers with LoRA, frozen head; see the CSV for "
                   f"its size): {args.layers} layers, D = {args.hidden_size}, LoRA rank {args.lora_rank}, "
@@ -193,7 +193,7 @@ def write_results(rows: list[dict], args) -> None:
                   "| method | time (s) | peak, whole process (MB) | peak above the resident set (MB) "
                   "| standard / method (above resident) | paper 8B full step (GiB, s) | paper 14B (GiB, s) |",
                   "|---|---|---|---|---|---|---|"]
-        column, paper_index = "peak_extra_mb", 1
+        column = "peak_extra_mb"
     standard = by_method.get("standard", {}).get(column)
     for method in METHODS:
         row = by_method.get(method)
