@@ -59,7 +59,7 @@ DEFAULT_FAMILY = "zipformer"
 CHANGEABLE_ON_RESUME = (
     "train.num_epochs", "train.start_epoch", "train.start_batch", "train.exp_dir", "train.auto_resume",
     "train.log_interval", "train.valid_interval", "train.save_every_n", "train.keep_last_k",
-    "train.max_batches", "train.tensorboard", "train.device", "data.num_workers",
+    "train.max_batches", "train.tensorboard", "train.device", "train.zero1", "data.num_workers",
     "data.train_cuts", "data.valid_cuts", "data.musan_cuts", "train.lang_dir", "decode",
 )
 
@@ -146,6 +146,8 @@ class TrainOptions:
     # get_adjusted_batch_count, reference 600 s). Recipes with small batches may lower it
     # so that the schedules finish within a short run.
     schedule_ref_duration: float = 600.0
+    # ZeRO stage 1 under DDP (asr/train_zero1.py): optimizer state sharded across ranks.
+    zero1: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -63,6 +63,7 @@ from asr.train_helpers import (
     setup_distributed,
 )
 from asr.logs import setup_logging
+from asr.train_zero1 import consolidate, zero1_optimizer
 
 
 @dataclass
@@ -160,6 +161,10 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     if dist.world_size > 1:
         device_ids = [dist.local_rank] if dist.device.type == "cuda" else None
         trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        if options.zero1:
+            optimizer = zero1_optimizer(optimizer, scheduler)
+    elif options.zero1:
+        logging.info("train.zero1 has no effect in a single process")
     trainee = Trainee(model, optimizer, scheduler, make_grad_scaler(options.precision, dist.device),
                       options.precision, dist.device, schedule_units_per_batch(config, dist.world_size),
                       trained_model)
@@ -343,6 +348,7 @@ def validate(run: Run, state: TrainingState) -> float:
 def save(run: Run, state: TrainingState, path: Path) -> None:
     """Checkpoint for exact resume (every rank's RNG state; files written by rank 0)."""
     rng_per_rank = gather_rng_states(run.dist)
+    consolidate(run.trainee.optimizer)
     if not run.dist.is_main:
         return
     options = run.config.train

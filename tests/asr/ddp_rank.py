@@ -4,8 +4,8 @@ environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
     python tests/asr/ddp_rank.py <record.pt> <section.field=value> ...
 
 Trains with :func:`asr.train.main` and saves, for every optimizer step, the epoch,
-the global batch index, the cut ids of the batch this rank trained on and a copy of
-every model parameter.
+the global batch index, the cut ids of the batch this rank trained on, its summed loss
+and a copy of every trainable model parameter.
 """
 
 import sys
@@ -24,7 +24,10 @@ def record_steps(record_path: str, overrides: List[str]) -> None:
             "epoch": state.epoch,
             "batch_idx_train": state.batch_idx_train,
             "cut_ids": list(batch["cut_ids"]),
-            "parameters": {name: p.detach().clone() for name, p in run.model.named_parameters()},
+            # The report is reset after every logged batch (train.log_interval=1): this batch's loss.
+            "loss": run.report.loss_sum,
+            "parameters": {name: p.detach().clone() for name, p in run.model.named_parameters()
+                           if p.requires_grad},
         })
 
     main(overrides, after_step=record)

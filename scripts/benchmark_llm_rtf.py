@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Real-time factor of LLM-CTC against LLM-CE on the same model (paper Sec. 5.3, the
+LLM-CE / LLM-CTC comparison table, timing protocol of App. D.3).
+
+Protocol (App. D.3): batch 1, one CPU thread, greedy decoding (LLM-CE: greedy generation
+with a KV cache stopping at EOS or the token limit; LLM-CTC: framewise greedy over the full
+head, then collapse), ``--warmup`` utterances (32) before timing, then three timed passes
+over the same utterances in the same order; a pass's RTF is its total recognition time
+over the total audio duration, and the median of the three is reported. Timed per
+utterance: the prepared fbank moved to the device, encoder, projector, LLM, LLM head and
+detokenization (synchronized at both ends on CUDA). The passes of the two systems
+alternate (CTC, CE, CTC, CE...) so that a change of load on a shared machine reaches both.
+
+Both systems share every part: one randomly initialized model from configuration
+(``--hidden-size``, ``--layers``...: the Qwen3 LM with its full 151,936 x D head, a
+Zipformer encoder, the stack projector; LoRA off, as merged weights cost the same). The
+paper times trained checkpoints, whose LLM-CE emits the transcript and EOS. A random
+LLM-CE almost never emits EOS, so each utterance's generation is limited to |y_n| + 1
+tokens (its reference transcript's Qwen3 tokens and EOS): exactly the steps, head products
+and cache updates of a trained model that emits the reference. Generated lengths are
+recorded.
+
+Paper (H100, BF16 LLM, FP32 head, SPEAR-XLarge encoder): LLM-CTC 7.2-10.3x faster than
+LLM-CE from Qwen3-0.6B to 32B.
+
+The committed CPU results:
+    python scripts/benchmark_llm_rtf.py --cuts /path/to/egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
+        --utterances 64 --output-dir benchmarks/llm_rtf
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmark_support import provenance_lines, synchronize, write_csv, write_text
+from llm_analysis_support import (MINI_TEST_CUTS, add_model_arguments, batch_of, build_model,
+                                  load_utterances, model_description)
+
+# The paper's RTFs (size: LLM-CE, LLM-CTC), SPEAR-Qwen3 on GigaSpeech test, H100.
+PAPER = {"0.6B": (0.0724, 0.0099), "1.7B": (0.0732, 0.0102), "4B": (0.0944, 0.0109),
+         "8B": (0.0963, 0.0111), "14B": (0.1014, 0.0121), "32B": (0.1546, 0.0150)}
+
+
+def check_same_parts(ctc_model, ce_model) -> None:
+    """The two systems must time the same encoder, projector, LLM and head."""
+    ce_state = ce_model.state_dict()
+    for name, tensor in ctc_model.state_dict().items():
+        if name in ce_state and not torch.equal(tensor, ce_state[name]):
+            raise RuntimeError(f"LLM-CTC and LLM-CE differ in {name}: not the same model")
+
+
+def recognize_ctc(model, utterance, device: str) -> tuple[str, int]:
+    from llm_ctc.decoding import recognize
+
+    features, lengths = batch_of([utterance])
+    _, texts = recognize(model, features.to(device), lengths.to(device))
+    return texts[0], 0
+
+
+def recognize_ce(model, utterance, device: str, token_limit: int) -> tuple[str, int]:
+    features, lengths = batch_of([utterance])
+    model.config.max_new_tokens = token_limit
+    (ids,) = model.generate(features.to(device), lengths.to(device))
+    return model.decode_ids(ids), len(ids)
+
+
+def timed_pass(recognize, utterances, device: str) -> tuple[float, list[int]]:
+    """Seconds of recognition over the utterances, one at a time, and generated lengths."""
+    total, lengths = 0.0, []
+    for utterance in utterances:
+        synchronize(device)
+        started = time.perf_counter()
+        _, generated = recognize(utterance)
+        synchronize(device)
+        total += time.perf_counter() - started
+        lengths.append(generated)
+    return total, lengths
+
+
+def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
+    limits = {u.cut_id: len(t) + 1 for u, t in zip(utterances + warmup,
+                                                 ce_model.encode_texts([u.text for u in utterances + warmup]))}
+    systems = {
+        "LLM-CTC": lambda u: recognize_ctc(ctc_model, u, args.device),
+        "LLM-CE": lambda u: recognize_ce(ce_model, u, args.device, limits[u.cut_id]),
+    }
+    with torch.no_grad():
+        for name, recognize in systems.items():
+            timed_pass(recognize, warmup, args.device)
+            print(f"{name}: {len(warmup)} warm-up utterances done", flush=True)
+        audio = sum(u.duration for u in utterances)
+        passes = {name: [] for name in systems}
+        generated = []
+        for index in range(args.passes):
+            for name, recognize in systems.items():
+                load = os.getloadavg()[0]
+                seconds, lengths = timed_pass(recognize, utterances, args.device)
+                passes[name].append(dict(system=name, pass_index=index + 1, seconds=seconds, audio_seconds=audio,
+                                         rtf=seconds / audio, load_start=load, load_end=os.getloadavg()[0]))
+                if name == "LLM-CE":
+                    generated = lengths
+                print(f"pass {index + 1} {name}: RTF {seconds / audio:.4f} (load {load:.2f})", flush=True)
+    expected = [limits[u.cut_id] - 1 for u in utterances]
+    return dict(passes=passes, audio=audio, generated=generated, expected=expected)
+
+
+def write_results(args, result, elapsed: float) -> None:
+    passes = result["passes"]
+    median = {name: statistics.median(p["rtf"] for p in rows) for name, rows in passes.items()}
+    speedup = median["LLM-CE"] / median["LLM-CTC"]
+    rows = [row for name in passes for row in passes[name]]
+    rows += [dict(system=name, pass_index="median", rtf=value) for name, value in median.items()]
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    suffix = args.device
+    write_csv(rows, args.output_dir / f"rtf_{suffix}.csv")
+    loads = [f"{p['load_start']:.2f}-{p['load_end']:.2f}" for name in passes for p in passes[name]]
+    stopped_early = sum(g < e for g, e in zip(result["generated"], result["expected"]))
+    lines = ["# LLM-CTC against LLM-CE: real-time factor on the same model (paper App. D.3 protocol)", "",
+             *provenance_lines(args.device), "",
+             f"Model: {model_description(args)}; FP32 weights. Inputs: {args.input_description}, "
+             f"{result['audio']:.1f} s of audio, after {args.warmup} warm-up utterances; batch 1, "
+             f"{args.threads} torch thread(s), greedy; {args.passes} passes per system, alternating. "
+             f"LLM-CE generated {sum(result['generated']):,} tokens in the last pass, |y_n| + 1 steps per "
+             f"utterance, the last where a trained model emits EOS (references: "
+             f"{sum(result['expected']):,} tokens; {stopped_early} utterances stopped at an EOS before "
+             f"that). 1-minute load at the start-end of each pass: "
+             f"{', '.join(loads)}. Wall time {elapsed:.0f} s.", "",
+             "| system | RTF per pass | median RTF |", "|---|---|---|"]
+    for name, values in passes.items():
+        per_pass = " ".join(f"{p['rtf']:.4f}" for p in values)
+        lines.append(f"| {name} | {per_pass} | {median[name]:.4f} |")
+    lines += ["", f"**LLM-CTC is {speedup:.2f}x faster than LLM-CE** (median RTF ratio; target >= 5x on CPU).",
+              "", "Paper (SPEAR-Qwen3 on GigaSpeech test, H100, BF16 LLM, FP32 head):", "",
+              "| Qwen3 | LLM-CE RTF | LLM-CTC RTF | speed-up |", "|---|---|---|---|"]
+    for size, (ce, ctc) in PAPER.items():
+        lines.append(f"| {size} | {ce:.4f} | {ctc:.4f} | {ce / ctc:.1f}x |")
+    write_text("\n".join(lines) + "\n", args.output_dir / f"results_{suffix}.md")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--cuts", type=Path, default=MINI_TEST_CUTS, help="Lhotse cut manifest with features")
+    source.add_argument("--synthesized", action="store_true", help="random features and word-list sentences")
+    parser.add_argument("--utterances", type=int, default=64, help="timed utterances (after the warm-up ones)")
+    parser.add_argument("--warmup", type=int, default=32, help="warm-up utterances (App. D.3: 32)")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes per system (App. D.3: 3)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (App. D.3: 1)")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the random model is written")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/llm_rtf"))
+    add_model_arguments(parser)
+    args = parser.parse_args(argv)
+    for name in ("utterances", "passes", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    manifest = None if args.synthesized else args.cuts
+    # The warm-up utterances come first, the timed ones after them (no overlap).
+    everything = load_utterances(manifest, args.warmup + args.utterances, seed=args.seed)
+    if len(everything) < args.warmup + 1:
+        raise SystemExit(f"--cuts: {manifest} has {len(everything)} utterances, fewer than --warmup + 1")
+    warmup, utterances = everything[:args.warmup], everything[args.warmup:]
+    args.input_description = (f"{len(utterances)} synthesized utterances" if manifest is None else
+                              f"{len(utterances)} utterances of {manifest.name}")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        work_dir = args.work_dir or Path(scratch)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        ctc_model = build_model(args, work_dir, args.seed).to(args.device)
+        ce_model = build_model(args, work_dir, args.seed, objective="ce", tokenizer=ctc_model.tokenizer)
+        ce_model = ce_model.to(args.device)
+        check_same_parts(ctc_model, ce_model)
+        result = measure(args, ctc_model, ce_model, utterances, warmup)
+    write_results(args, result, time.perf_counter() - started)
+    print((args.output_dir / f"results_{args.device}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
