@@ -10,10 +10,17 @@ path and copied next to the weights), so LLM-CTC meets the real 151,936-class he
 and its blank at row 151,669. Transcripts are lowercased (as the LLM-CTC targets, App.
 D.2), tokenized without special tokens and ended with the tokenizer's EOS.
 
-Only the rows of tokens that occur in the transcripts get a gradient: the next-token
-cross-entropy is normalized over those rows (plus EOS), the same vocabulary reduction
-that Pruned CTC makes (Sec. 3), so a step costs a few hundred head rows instead of
-151,936. The other rows keep their random initialization.
+Only the rows of tokens that occur in the transcripts (plus EOS) are trained one by one;
+every other row of the head is one shared learned vector u, so the next-token
+cross-entropy is still the exact one over all 151,936 rows (the unused rows add
+log(count) + h.u to the normalizer) at the cost of a few hundred head rows per step, the
+vocabulary reduction that Pruned CTC makes (Sec. 3). u is written into every unused row
+when training ends. This matters to LLM-CTC: with the rows left at their random
+initialization, the ~151,000 unused rows would hold e^12 of probability mass that the
+frozen head can never push down, a floor under every token and the blank; trained
+together they are one direction the LM has learned to score low, and the blank (an
+unused row, App. D.2) starts with their total mass, log c_bl, as in a real LLM, whose
+unused rows are (nearly) identical for the same reason.
 
 The result is written with ``save_pretrained`` to a temporary folder that is renamed
 when complete; an existing result is kept (the program says so).
@@ -31,7 +38,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import torch
 
@@ -77,19 +84,41 @@ def batches(sequences: List[List[int]], batch_size: int, rng: random.Random):
         yield [sequences[i] for i in order[start:start + batch_size]]
 
 
-def reduced_loss(model, batch: List[List[int]], rows: torch.Tensor, row_of: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy normalized over ``rows`` (the tokens that occur)."""
+def padded_batch(batch: List[List[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (N, L), right-padded with 0, and the attention mask (1 = real token)."""
     width = max(len(s) for s in batch)
     ids = torch.zeros(len(batch), width, dtype=torch.long)
     mask = torch.zeros(len(batch), width, dtype=torch.long)
     for n, sequence in enumerate(batch):
         ids[n, :len(sequence)] = torch.tensor(sequence)
         mask[n, :len(sequence)] = 1
+    return ids, mask
+
+
+def reduced_loss(model, batch: List[List[int]], rows: torch.Tensor, row_of: torch.Tensor,
+                 unused: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy over the whole head (mean per token) when every row but
+    ``rows`` (the tokens that occur) equals ``unused``: their logits are one, h.u, counted
+    (head rows - len(rows)) times in the normalizer."""
+    ids, mask = padded_batch(batch)
     hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
     targets = ids[:, 1:]
     valid = mask[:, 1:].bool()
-    logits = hidden[valid] @ model.lm_head.weight[rows].t()
+    states = hidden[valid]
+    num_unused = model.lm_head.weight.shape[0] - len(rows)
+    logits = states @ model.lm_head.weight[rows].t()
+    if num_unused > 0:
+        logits = torch.cat([logits, (states @ unused + math.log(num_unused))[:, None]], dim=1)
     return torch.nn.functional.cross_entropy(logits, row_of[targets[valid]])
+
+
+def fill_unused_rows(model, rows: torch.Tensor, unused: torch.Tensor) -> None:
+    """Write the shared vector into every head row not in ``rows`` (the head is tied to
+    the input embedding, so their embeddings too: those tokens never occur)."""
+    keep = torch.zeros(model.lm_head.weight.shape[0], dtype=torch.bool)
+    keep[rows] = True
+    with torch.no_grad():
+        model.lm_head.weight[~keep] = unused.detach().to(model.lm_head.weight.dtype)
 
 
 def main(argv: Sequence[str] = None) -> None:
@@ -132,13 +161,15 @@ def main(argv: Sequence[str] = None) -> None:
     model = tiny_qwen3(args, vocab_size=151_936).train()
     logging.info("tiny Qwen3: %d layers, width %d, %d parameters; %d transcripts, %d distinct tokens",
                  args.layers, args.hidden, sum(p.numel() for p in model.parameters()), len(texts), len(rows))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    # Starts as an ordinary random row; trained as the one vector of all unused rows.
+    unused = torch.nn.Parameter(model.lm_head.weight[-1].detach().clone())
+    optimizer = torch.optim.AdamW(list(model.parameters()) + [unused], lr=args.lr, weight_decay=0.0)
     steps = args.epochs * math.ceil(len(sequences) / args.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps, pct_start=0.1)
     rng, step, started = random.Random(args.seed), 0, time.monotonic()
     for epoch in range(1, args.epochs + 1):
         for batch in batches(sequences, args.batch_size, rng):
-            loss = reduced_loss(model, batch, rows, row_of)
+            loss = reduced_loss(model, batch, rows, row_of, unused)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -147,6 +178,7 @@ def main(argv: Sequence[str] = None) -> None:
             if step % 50 == 0 or step == steps:
                 logging.info("epoch %d, step %d/%d: loss %.3f per token (%.0f s)", epoch, step, steps, loss.item(),
                              time.monotonic() - started)
+    fill_unused_rows(model, rows, unused)
     scratch = args.out_dir.with_name(args.out_dir.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
     model.save_pretrained(scratch)

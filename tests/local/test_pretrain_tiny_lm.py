@@ -1,0 +1,57 @@
+"""local.pretrain_tiny_lm: the loss it minimizes is the full-head cross-entropy of the
+model it saves (reference: dense cross-entropy over every head row)."""
+
+import argparse
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from local.pretrain_tiny_lm import fill_unused_rows, padded_batch, reduced_loss, tiny_qwen3  # noqa: E402
+
+VOCAB = 300
+
+
+def tiny_setup():
+    torch.manual_seed(0)
+    model = tiny_qwen3(argparse.Namespace(hidden=16, layers=1, heads=2), vocab_size=VOCAB)
+    batch = [[5, 17, 42, 17, 5], [5, 99, 42, 5], [5, 17, 99, 250, 42, 5]]
+    rows = torch.tensor(sorted({t for s in batch for t in s}))
+    row_of = torch.full((VOCAB,), -1, dtype=torch.long)
+    row_of[rows] = torch.arange(len(rows))
+    unused = torch.nn.Parameter(torch.randn(16) * 0.5)
+    return model, batch, rows, row_of, unused
+
+
+def dense_loss(model, batch):
+    ids, mask = padded_batch(batch)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].double()
+    valid = mask[:, 1:].bool()
+    return torch.nn.functional.cross_entropy(logits[valid], ids[:, 1:][valid])
+
+
+def test_reduced_loss_is_the_full_head_cross_entropy_of_the_saved_model():
+    model, batch, rows, row_of, unused = tiny_setup()
+    optimizer = torch.optim.AdamW(list(model.parameters()) + [unused], lr=1e-2)
+    for _ in range(3):
+        loss = reduced_loss(model, batch, rows, row_of, unused)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    fill_unused_rows(model, rows, unused)
+    with torch.no_grad():
+        trained = reduced_loss(model, batch, rows, row_of, unused)
+        reference = dense_loss(model, batch)
+    assert float(trained) == pytest.approx(float(reference), rel=1e-5)
+
+
+def test_unused_rows_share_one_vector_and_used_rows_keep_theirs():
+    model, _, rows, _, unused = tiny_setup()
+    before = model.lm_head.weight.detach().clone()
+    fill_unused_rows(model, rows, unused)
+    weight = model.lm_head.weight.detach()
+    used = torch.zeros(VOCAB, dtype=torch.bool)
+    used[rows] = True
+    assert torch.equal(weight[used], before[used])
+    assert torch.equal(weight[~used], unused.detach().expand(int((~used).sum()), -1))
