@@ -5,9 +5,9 @@ and loss alone and for a full LLM-CTC training step (paper App. C.3, the SPEAR-Q
 memory and runtime table).
 
 Head and loss (``--part head-loss``, App. C.3 "CTC computation" and "Measurement"): states
-X (N, T, D) in FP32 with a gradient, the frozen head W (V, D) in BF16 (no gradient), the
-pretrained bias (zeros, Qwen3's) plus the learned blank offset eta on the blank row (a
-gradient); App. C.2's synthetic batch shape (utterances of 100 frames, about 25 Zipf
+X (N, T, D) in FP32 with a gradient, the frozen head W (V, D) in BF16 (no gradient, no
+bias: Qwen3's), and the learned blank offset eta on the blank logit (a gradient, the
+loss's ``blank_offset``, which keeps Pruned CTC on its frozen-head schedule); App. C.2's synthetic batch shape (utterances of 100 frames, about 25 Zipf
 targets each). Standard CTC converts the whole head to FP32, forms (N, T, V) logits, log-
 softmax and torch's CTC; the reduced methods convert it in chunks of ``--chunk-size``.
 Losses are divided by the batch's target-token count. Two warm-up passes, then three
@@ -56,24 +56,19 @@ PAPER = {  # App. C.3 table: (head/loss GiB, full step GiB, seconds per full ste
 }
 
 
-def loss_of(method: str, states, weight, bias, targets, lens, target_lengths, chunk_size: int):
-    """Summed CTC loss of one method over a frozen head, divided by the target tokens."""
+def loss_of(method: str, states, weight, bias, eta, targets, lens, target_lengths, chunk_size: int):
+    """Summed CTC loss of one method over a frozen head (bias frozen, eta learned on the
+    blank logit), divided by the target tokens."""
     from pruned_ctc import DEFAULT_BEAM, pruned_ctc_loss, standard_ctc_loss
 
-    options = dict(target_lengths=target_lengths, blank_id=QWEN3_BLANK, reduction="sum")
+    options = dict(target_lengths=target_lengths, blank_id=QWEN3_BLANK, reduction="sum",
+                   blank_offset=eta)
     if method == "standard":
         loss = standard_ctc_loss(states, weight, bias, targets, lens, **options)
     else:
         loss = pruned_ctc_loss(states, weight, bias, targets, lens, chunk_size=chunk_size,
                                beam=None if method == "unpruned" else DEFAULT_BEAM, **options)
     return loss / target_lengths.sum()
-
-
-def blank_bias(vocab_size: int, eta: torch.Tensor) -> torch.Tensor:
-    """b_pre + eta e_blank with b_pre = 0 (Qwen3 has no head bias), differentiable in eta."""
-    one_hot = torch.zeros(vocab_size, device=eta.device)
-    one_hot[QWEN3_BLANK] = 1.0
-    return one_hot * eta
 
 
 def head_loss_single(method: str, args) -> dict:
@@ -90,7 +85,7 @@ def head_loss_single(method: str, args) -> dict:
         states.grad, eta.grad = None, None
         synchronize(args.device)
         started = time.perf_counter()
-        loss_of(method, states, weight, blank_bias(QWEN3_HEAD_ROWS, eta), targets, lens, target_lengths,
+        loss_of(method, states, weight, None, eta, targets, lens, target_lengths,
                 args.chunk_size).backward()
         synchronize(args.device)
         return time.perf_counter() - started
@@ -101,7 +96,7 @@ def head_loss_single(method: str, args) -> dict:
     states.grad, eta.grad = None, None
     baseline = memory_mb(args.device, peak=False)
     reset_peak(args.device)
-    loss = loss_of(method, states, weight, blank_bias(QWEN3_HEAD_ROWS, eta), targets, lens, target_lengths,
+    loss = loss_of(method, states, weight, None, eta, targets, lens, target_lengths,
                    args.chunk_size)
     loss.backward()
     peak = memory_mb(args.device, peak=True)
@@ -136,8 +131,9 @@ def full_step_single(method: str, args) -> dict:
         synchronize(args.device)
         started = time.perf_counter()
         states, lens = model.ctc_states(features, feature_lens)  # BF16 LLM states
-        loss = loss_of(method, states.float(), model.head_weight, model.head_bias(), padded, lens, target_lengths,
-                       args.chunk_size)
+        bias = model.pretrained_bias if model.has_pretrained_bias else None
+        loss = loss_of(method, states.float(), model.head_weight, bias, model.blank_offset, padded, lens,
+                       target_lengths, args.chunk_size)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
