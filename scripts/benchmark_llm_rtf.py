@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from benchmark_support import provenance_lines, synchronize, write_csv, write_text
-from llm_analysis_support import (MINI_TEST_CUTS, add_model_arguments, batch_of, build_model,
+from llm_analysis_support import (add_input_arguments, add_model_arguments, batch_of, build_model,
                                   load_utterances, model_description)
 
 # The paper's RTFs (size: LLM-CE, LLM-CTC), SPEAR-Qwen3 on GigaSpeech test, H100.
@@ -146,16 +146,11 @@ def write_results(args, result, elapsed: float) -> None:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--cuts", type=Path, default=MINI_TEST_CUTS, help="Lhotse cut manifest with features")
-    source.add_argument("--synthesized", action="store_true", help="random features and word-list sentences")
+    add_input_arguments(parser)
     parser.add_argument("--utterances", type=int, default=64, help="timed utterances (after the warm-up ones)")
     parser.add_argument("--warmup", type=int, default=32, help="warm-up utterances (App. D.3: 32)")
     parser.add_argument("--passes", type=int, default=3, help="timed passes per system (App. D.3: 3)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (App. D.3: 1)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the random model is written")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/llm_rtf"))
     add_model_arguments(parser)
     args = parser.parse_args(argv)

@@ -54,6 +54,16 @@ def qwen3_tokenizer_dir() -> Path:
     return folder
 
 
+def add_input_arguments(parser) -> None:
+    """Where the utterances come from, the device and threads, and the random model's folder."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--cuts", type=Path, default=MINI_TEST_CUTS, help="Lhotse cut manifest with features")
+    source.add_argument("--synthesized", action="store_true", help="random features and word-list sentences")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the random models are written")
+
+
 def add_model_arguments(parser) -> None:
     """The random Qwen3 and Zipformer built from configuration."""
     parser.add_argument("--hidden-size", type=int, default=1024,

