@@ -11,6 +11,7 @@ import torch
 
 from asr.decode import main as decode
 from asr.train import main as train
+from references.tiny_llm import tiny_llm_training_arguments
 
 @pytest.fixture(scope="module")
 def corpus(small_training_corpus) -> Dict[str, Path]:
@@ -18,16 +19,7 @@ def corpus(small_training_corpus) -> Dict[str, Path]:
 
 
 def arguments(corpus, ctc_config, exp_dir: Path, *extra: str) -> List[str]:
-    return [
-        "family=llm_ctc", f"model.llm={ctc_config.llm}", f"model.tokenizer={ctc_config.tokenizer}",
-        f"model.encoder_path={ctc_config.encoder_path}", "model.projector_stack=2", "model.projector_hidden=48",
-        "model.lora_rank=4", "model.lora_alpha=8", "model.lora_dropout=0.1",
-        "optim.lr=1e-3", "optim.warmup_batches=2", "optim.decay_batches=10", "optim.clip_norm=1.0",
-        f"train.exp_dir={exp_dir}", f"data.train_cuts={corpus['train']}", f"data.valid_cuts={corpus['valid']}",
-        "data.max_duration=4", "data.num_buckets=2", "data.num_workers=0", "data.enable_musan=false",
-        "data.enable_spec_aug=false", "train.num_epochs=2", "train.save_every_n=1", "train.keep_last_k=0",
-        "train.average_period=1", "train.log_interval=1", "train.tensorboard=false", "train.device=cpu", *extra,
-    ]
+    return tiny_llm_training_arguments(corpus, ctc_config, exp_dir, *extra)
 
 
 def load(path: Path) -> dict:
