@@ -88,9 +88,3 @@ def head_with_blank(weight: Tensor, bias: Optional[Tensor], tokenizer_size: int,
         logging.info("blank is head row %d, the first beyond the tokenizer's %d tokens (%d rows)",
                      blank, tokenizer_size, weight.shape[0])
     return weight, bias, blank
-
-
-def bias_with_offset(pretrained_bias: Tensor, blank_row: int, eta: Tensor) -> Tensor:
-    """b = b_pre + eta e_blank (Sec. 4.2), differentiable in eta."""
-    index = torch.tensor([blank_row], device=pretrained_bias.device)
-    return pretrained_bias.to(eta.dtype).index_add(0, index, eta.reshape(1))

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from llm_ctc.base import SpeechLLM
-from llm_ctc.blank import bias_with_offset, head_with_blank, initial_blank_offset
+from llm_ctc.blank import head_with_blank, initial_blank_offset
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.head import head_logits
 from llm_ctc.language_model import backbone_states
@@ -51,7 +51,10 @@ class LLMCTCModel(SpeechLLM):
 
     def head_bias(self) -> Tensor:
         """b_pre + eta e_blank (Sec. 4.2), float32, differentiable in eta."""
-        return bias_with_offset(self.pretrained_bias, self.blank_id, self.blank_offset)
+        from pruned_ctc import bias_with_blank_offset
+
+        return bias_with_blank_offset(self.pretrained_bias.to(self.blank_offset.dtype), self.blank_offset,
+                                      self.blank_id, self.head_weight)
 
     def ctc_states(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """Final-norm LLM states at the readout positions (N, T_n max, D) and T_n (N,)."""

@@ -1,7 +1,7 @@
 """Pruned CTC: exact vocabulary reduction with full-vocabulary normalization, chunked
 recomputation and finite-beam alignment pruning, in pure PyTorch (no k2)."""
 
-from .inputs import DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, PreparedBatch
+from .inputs import DEFAULT_BEAM, DEFAULT_CHUNK_SIZE, PreparedBatch, bias_with_blank_offset
 from .loss import PrunedCTCLoss, pruned_ctc_loss
 from .results import ExcludedUtteranceWarning, LossStats
 from .standard import standard_ctc_loss
@@ -10,6 +10,7 @@ from .vocab_chunks import DEFAULT_PRECISION, Precision
 
 __all__ = [
     "pruned_ctc_loss",
+    "bias_with_blank_offset",
     "PrunedCTCLoss",
     "standard_ctc_loss",
     "reduce_vocabulary",
