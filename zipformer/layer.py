@@ -14,6 +14,7 @@ import random
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from zipformer.attention import NonlinAttention, RelPositionAttentionWeights, SelfAttention
@@ -73,9 +74,25 @@ class ConvolutionModule(nn.Module):
         x = x * torch.sigmoid(self.gate_balancer(gate))
         if key_padding_mask is not None:
             x = x.masked_fill(key_padding_mask.unsqueeze(-1), 0.0)
-        x = self.depthwise_conv(x.transpose(1, 2)).transpose(1, 2)
+        x = depthwise_conv_time_major(self.depthwise_conv, x)
         x = self.whiten(self.conv_balancer(x))
         return self.out_proj(x)
+
+
+def depthwise_conv_time_major(conv: nn.Conv1d, x: Tensor) -> Tensor:
+    """``conv`` (depthwise, odd kernel, 'same' padding) over time of x: (N, T, C) -> (N, T, C).
+
+    Computed as a (1, k) Conv2d on x viewed as a channels-last (N, C, 1, T) image: the same
+    values as ``conv(x.transpose(1, 2)).transpose(1, 2)`` without the two layout copies,
+    and on CPU the channels-last depthwise kernels take about half the time of Conv1d's
+    forward and backward (measured at the mini preset's shapes).
+    """
+    image = x.transpose(1, 2).unsqueeze(2)  # (N, C, 1, T), channel stride 1
+    if not image.is_contiguous(memory_format=torch.channels_last):
+        image = image.contiguous(memory_format=torch.channels_last)
+    out = F.conv2d(image, conv.weight.unsqueeze(2), conv.bias, padding=(0, conv.padding[0]),
+                   groups=conv.groups)
+    return out.squeeze(2).transpose(1, 2)
 
 
 class BypassModule(nn.Module):

@@ -58,7 +58,9 @@ class ConvNeXt(nn.Module):
             (0.0, 0.2), (20000.0, 0.015), default=0.0)
 
     def forward(self, x: Tensor) -> Tensor:
-        branch = self.depthwise_conv(x)
+        # Channels-last: on CPU the depthwise 7x7 weight gradient is ~2.4x faster in this
+        # layout (same values); the pointwise convolutions after it take either layout.
+        branch = self.depthwise_conv(x.contiguous(memory_format=torch.channels_last))
         branch = self.hidden_balancer(self.pointwise_conv1(branch))
         branch = self.pointwise_conv2(self.activation(branch))
         if self.training:
