@@ -14,31 +14,39 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import random
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, NamedTuple, Sequence
 
 import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
-from local.espeak_tts import TARGET_SAMPLE_RATE, EspeakSynthesizer
+from local.espeak_tts import TARGET_SAMPLE_RATE, EspeakSynthesizer, Voice
 from asr.scoring import GIGASPEECH_GARBAGE_UTTERANCE_TAGS as GIGASPEECH_GARBAGE_TAGS
 from local.sentence_grammar import english_sentences, mandarin_sentences
 from local.synthetic_audio import (
     ENGLISH_ACCENTS,
     MANDARIN_ACCENTS,
+    Rendering,
     Speaker,
     join_with_pauses,
     music_like,
     noise_like,
     random_voice,
+    render,
     silence,
 )
 
 LIBRISPEECH_DEFAULT_PARTS = ("train-clean-100", "dev-clean", "test-clean")
 AISHELL_SPLITS = ("train", "dev", "test")
 GIGASPEECH_DEFAULT_SUBSETS = ("XL", "DEV", "TEST")
+
+
+# Utterances rendered by one fresh synthesizer: espeak-ng's output depends a little on the
+# utterances before it, so fixed shards (not the number of jobs) decide a corpus's bytes.
+UTTERANCES_PER_SHARD = 500
 
 
 def _write_librispeech_part(
@@ -48,13 +56,18 @@ def _write_librispeech_part(
     speaker: Speaker,
     rng: random.Random,
     same_voice_per_speaker: bool,
+    num_jobs: int = 1,
 ) -> None:
-    """Writes ``<spk>/<chapter>/<spk>-<chapter>-<utt>.flac`` and ``<spk>-<chapter>.trans.txt``."""
+    """Writes ``<spk>/<chapter>/<spk>-<chapter>-<utt>.flac`` and ``<spk>-<chapter>.trans.txt``.
+
+    The random choices are drawn here in a fixed order; the audio is rendered in shards of
+    :data:`UTTERANCES_PER_SHARD`, by ``num_jobs`` processes, each shard by a new
+    synthesizer: the same bytes for any ``num_jobs``."""
     voices = {spk: random_voice(rng, ENGLISH_ACCENTS) for spk in speaker_ids}
     per_speaker: Dict[int, List[str]] = {spk: [] for spk in speaker_ids}
     for index, sentence in enumerate(sentences):
         per_speaker[speaker_ids[index % len(speaker_ids)]].append(sentence)
-    progress = tqdm(total=len(sentences), desc=f"synthesizing {part_dir.name}", unit="utt")
+    jobs: List[_Utterance] = []
     for spk, spk_sentences in per_speaker.items():
         if not spk_sentences:
             continue
@@ -65,11 +78,35 @@ def _write_librispeech_part(
         for utt, sentence in enumerate(spk_sentences):
             utt_id = f"{spk}-{chapter}-{utt:04d}"
             voice = voices[spk] if same_voice_per_speaker else random_voice(rng, ENGLISH_ACCENTS)
-            sf.write(chapter_dir / f"{utt_id}.flac", speaker.say(sentence, voice), TARGET_SAMPLE_RATE)
+            jobs.append(_Utterance(chapter_dir / f"{utt_id}.flac", sentence, voice, speaker.draw()))
             lines.append(f"{utt_id} {sentence.upper()}\n")
-            progress.update()
         (chapter_dir / f"{spk}-{chapter}.trans.txt").write_text("".join(lines))
+    shards = [jobs[start:start + UTTERANCES_PER_SHARD] for start in range(0, len(jobs), UTTERANCES_PER_SHARD)]
+    progress = tqdm(total=len(jobs), desc=f"synthesizing {part_dir.name}", unit="utt")
+    if num_jobs > 1 and len(shards) > 1:
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(min(num_jobs, len(shards))) as pool:
+            for done in pool.imap_unordered(_render_shard, shards):
+                progress.update(done)
+    else:
+        for shard in shards:
+            progress.update(_render_shard(shard))
     progress.close()
+
+
+class _Utterance(NamedTuple):
+    path: Path
+    text: str
+    voice: Voice
+    rendering: Rendering
+
+
+def _render_shard(utterances: Sequence[_Utterance]) -> int:
+    synthesizer = EspeakSynthesizer()
+    for utterance in utterances:
+        wave = render(synthesizer, utterance.text, utterance.voice, utterance.rendering)
+        sf.write(utterance.path, wave, TARGET_SAMPLE_RATE)
+    return len(utterances)
 
 
 def make_librispeech(
@@ -98,10 +135,12 @@ def make_mini(
     num_test: int = 200,
     utterances_per_speaker_dir: int = 100,
     seed: int = 0,
+    num_jobs: int = 1,
 ) -> Path:
     """The English corpus of ``egs/mini`` in LibriSpeech layout (train-clean-100,
     dev-clean, test-clean). Test and dev sentences never occur in training (exact
-    match), and every utterance gets its own random voice."""
+    match), and every utterance gets its own random voice. ``num_jobs`` processes
+    synthesize it (the same bytes for any number)."""
     rng = random.Random(seed)
     speaker = Speaker(EspeakSynthesizer(), rng)
     corpus_dir = Path(out_dir) / "LibriSpeech"
@@ -113,7 +152,7 @@ def make_mini(
     ):
         num_dirs = max(1, -(-len(sentences) // utterances_per_speaker_dir))
         speaker_ids = [1000 * (part_index + 1) + k for k in range(num_dirs)]
-        _write_librispeech_part(corpus_dir / part, sentences, speaker_ids, speaker, rng, False)
+        _write_librispeech_part(corpus_dir / part, sentences, speaker_ids, speaker, rng, False, num_jobs)
     return corpus_dir
 
 
@@ -294,6 +333,7 @@ def main(argv: Sequence[str] = None) -> None:
     parser.add_argument("--train", type=int, default=10000, help="mini: training utterances")
     parser.add_argument("--dev", type=int, default=200, help="mini: dev utterances")
     parser.add_argument("--test", type=int, default=200, help="mini: test utterances")
+    parser.add_argument("--num-jobs", type=int, default=1, help="mini: synthesizing processes")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
@@ -315,7 +355,9 @@ def _make(args: argparse.Namespace) -> Path:
         return make_gigaspeech(args.out_dir, counts(GIGASPEECH_DEFAULT_SUBSETS), seed=args.seed)
     if args.corpus == "musan":
         return make_musan(args.out_dir, files_per_part=counts(["files"])["files"], seed=args.seed)
-    return make_mini(args.out_dir, args.train, args.dev, args.test, seed=args.seed)
+    if args.num_jobs < 1:
+        raise ValueError(f"--num-jobs must be at least 1, found {args.num_jobs}")
+    return make_mini(args.out_dir, args.train, args.dev, args.test, seed=args.seed, num_jobs=args.num_jobs)
 
 
 if __name__ == "__main__":

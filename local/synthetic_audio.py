@@ -8,7 +8,7 @@ function of its seed.
 from __future__ import annotations
 
 import random
-from typing import List, Sequence
+from typing import List, NamedTuple, Sequence
 
 import numpy as np
 
@@ -34,6 +34,15 @@ def random_voice(rng: random.Random, accents: Sequence[str]) -> Voice:
     )
 
 
+class Rendering(NamedTuple):
+    """The random choices of one utterance besides its voice (drawn by :meth:`Speaker.draw`)."""
+
+    synthesis_seed: int
+    gain_db: float
+    snr_db: float
+    noise_seed: int
+
+
 class Speaker:
     """Renders text with one voice, then applies a random gain and white noise."""
 
@@ -41,15 +50,25 @@ class Speaker:
         self.synthesizer = synthesizer
         self.rng = rng
 
-    def say(self, text: str, voice: Voice) -> np.ndarray:
-        wave = self.synthesizer.synthesize(text, voice, seed=self.rng.randrange(2**31))
-        gain = 10.0 ** (self.rng.uniform(*GAIN_DB_RANGE) / 20.0)
-        wave = wave * gain
-        signal_power = float(np.mean(wave**2)) + 1e-12
+    def draw(self) -> Rendering:
+        """This utterance's random choices, in the order :meth:`say` has always drawn them."""
+        synthesis_seed = self.rng.randrange(2**31)
+        gain_db = self.rng.uniform(*GAIN_DB_RANGE)
         snr_db = self.rng.uniform(*SNR_DB_RANGE)
-        noise_rng = np.random.default_rng(self.rng.randrange(2**31))
-        noise = noise_rng.standard_normal(len(wave)) * np.sqrt(signal_power / 10.0 ** (snr_db / 10.0))
-        return np.clip(wave + noise, -1.0, 1.0).astype(np.float32)
+        return Rendering(synthesis_seed, gain_db, snr_db, self.rng.randrange(2**31))
+
+    def say(self, text: str, voice: Voice) -> np.ndarray:
+        return render(self.synthesizer, text, voice, self.draw())
+
+
+def render(synthesizer: EspeakSynthesizer, text: str, voice: Voice, rendering: Rendering) -> np.ndarray:
+    """``text`` in ``voice`` with the gain and white noise of ``rendering``, float32 at 16 kHz."""
+    wave = synthesizer.synthesize(text, voice, seed=rendering.synthesis_seed)
+    wave = wave * 10.0 ** (rendering.gain_db / 20.0)
+    signal_power = float(np.mean(wave**2)) + 1e-12
+    noise_rng = np.random.default_rng(rendering.noise_seed)
+    noise = noise_rng.standard_normal(len(wave)) * np.sqrt(signal_power / 10.0 ** (rendering.snr_db / 10.0))
+    return np.clip(wave + noise, -1.0, 1.0).astype(np.float32)
 
 
 def silence(seconds: float) -> np.ndarray:

@@ -70,7 +70,7 @@ if run_stage 0 "synthesize the mini corpus ($corpus_stamp) into $corpus_dir"; th
     scratch=$dl_dir/.partial
     rm -rf "$scratch"
     python -m local.make_mini_corpus mini --out-dir "$scratch" --train "$num_train" \
-      --dev "$num_dev" --test "$num_test" --seed "$seed"
+      --dev "$num_dev" --test "$num_test" --seed "$seed" --num-jobs "$nj"
     echo "$corpus_stamp" > "$scratch/LibriSpeech/.mini-corpus"
     rm -rf "$corpus_dir"
     mv "$scratch/LibriSpeech" "$corpus_dir"

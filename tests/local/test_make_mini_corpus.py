@@ -108,3 +108,13 @@ def test_command_line_takes_counts_per_part_and_names_bad_counts(tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["aishell", "--out-dir", str(tmp_path), "--utterances", "train=x"])
     assert "--utterances: expected NAME=COUNT items, found 'train=x'" in capsys.readouterr().err
+
+
+def test_mini_corpus_has_the_same_bytes_for_any_number_of_jobs(tmp_path, monkeypatch):
+    import local.make_mini_corpus as corpus_module
+
+    monkeypatch.setattr(corpus_module, "UTTERANCES_PER_SHARD", 7)  # several shards per part
+    one = make_mini(tmp_path / "one", num_train=20, num_dev=3, num_test=4, seed=5, num_jobs=1)
+    two = make_mini(tmp_path / "two", num_train=20, num_dev=3, num_test=4, seed=5, num_jobs=2)
+    assert len(list(one.rglob("*.flac"))) == 27
+    assert _digest(one) == _digest(two)
