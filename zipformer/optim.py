@@ -59,6 +59,8 @@ class ScaledAdam(torch.optim.Optimizer):
                         size_update_period=size_update_period,
                         clipping_update_period=clipping_update_period)
         super().__init__(params, defaults)
+        # (state key, parameters) -> (stacked tensor, its row views held as the states).
+        self._stacks: Dict[Tuple[Any, ...], Tuple[Tensor, Tuple[Tensor, ...]]] = {}
         for group in self.param_groups:
             self._init_group_state(group)
 
@@ -155,18 +157,26 @@ class ScaledAdam(torch.optim.Optimizer):
         return grads * kappa if kappa != 1.0 else grads
 
     def _stacked(self, batch: List[Tensor], key: str) -> Tensor:
-        return torch.stack([self.state[p][key] for p in batch])
-
-    def _store(self, batch: List[Tensor], key: str, values: Tensor) -> None:
-        for p, value in zip(batch, values.unbind(0)):
-            self.state[p][key].copy_(value)
+        """The states ``key`` of ``batch`` as one (B, ...) tensor whose rows are the states
+        themselves (views), so updating it in place updates them: stacked once, then reused
+        while the states stay those views (a loaded checkpoint restacks once)."""
+        states = [self.state[p] for p in batch]
+        cache_key = (key, tuple(id(p) for p in batch))
+        cached = self._stacks.get(cache_key)
+        if cached is not None and all(s[key] is view for s, view in zip(states, cached[1])):
+            return cached[0]
+        stacked = torch.stack([s[key] for s in states])
+        views = stacked.unbind(0)
+        for s, view in zip(states, views):
+            s[key] = view
+        self._stacks[cache_key] = (stacked, views)
+        return stacked
 
     def _second_moment(self, group: Dict[str, Any], batch: List[Tensor], grads: Tensor) -> Tensor:
         """Adam denominator sqrt(v_hat) + eps; v_hat bias-corrected early on (item 1)."""
         beta2, step = group["betas"][1], group["step"]
         exp_avg_sq = self._stacked(batch, "exp_avg_sq").mul_(beta2).add_(
             grads * grads, alpha=1.0 - beta2)
-        self._store(batch, "exp_avg_sq", exp_avg_sq)
         correction = 1.0 - beta2 ** (step + 1)
         if correction < 0.99:
             exp_avg_sq = exp_avg_sq / correction
@@ -177,7 +187,6 @@ class ScaledAdam(torch.optim.Optimizer):
         """m <- beta1 m + (1 - beta1) delta; p <- p + m (item 4)."""
         beta1 = group["betas"][0]
         momentum = self._stacked(batch, "momentum").mul_(beta1).add_(delta, alpha=1.0 - beta1)
-        self._store(batch, "momentum", momentum)
         return stacked + momentum
 
     def _update_scalars(self, group: Dict[str, Any], batch: List[Tensor], kappa: float) -> None:
@@ -200,16 +209,13 @@ class ScaledAdam(torch.optim.Optimizer):
         # Item 3: gradient with respect to the log-scale, s_t = sum(p * g).
         scale_grads = self._stacked(batch, "scale_grads")
         scale_grads[:, step % period] = (stacked * grads).reshape(batch_size, -1).sum(dim=1)
-        self._store(batch, "scale_grads", scale_grads)
         param_rms = self._stacked(batch, "param_rms")
         size_delta = None
         if step % period == period - 1:
-            param_rms = stacked.reshape(batch_size, -1).pow(2).mean(dim=1).sqrt()
-            self._store(batch, "param_rms", param_rms)
+            param_rms.copy_(stacked.reshape(batch_size, -1).pow(2).mean(dim=1).sqrt())
             beta2_period = group["betas"][1] ** period
             scale_exp_avg_sq = self._stacked(batch, "scale_exp_avg_sq").mul_(beta2_period).add_(
                 scale_grads.pow(2).mean(dim=1), alpha=1.0 - beta2_period)
-            self._store(batch, "scale_exp_avg_sq", scale_exp_avg_sq)
             num_size_steps = (step + 1) // period
             bias_correction = math.sqrt(1.0 - beta2_period ** num_size_steps)
             scale_step = (-group["lr"] * group["scalar_lr_scale"] * bias_correction
