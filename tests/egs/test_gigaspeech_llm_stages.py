@@ -192,9 +192,9 @@ def test_unknown_encoder_is_named(recipe_copy, run_recipe):
 
 @pytest.mark.parametrize("llm, objective, expected", [
     ("Qwen/Qwen3-32B", "ctc", "model.activation_checkpointing=true optim.lr=0.00005"),
-    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=0.00005 data.max_duration=100"),
+    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=0.00005 data.max_duration=100 train.accum_grad=2"),
     ("Qwen/Qwen3-14B", "ctc", "model.activation_checkpointing=true"),
-    ("Qwen/Qwen3-14B", "ce", "data.max_duration=100"),
+    ("Qwen/Qwen3-14B", "ce", "data.max_duration=100 train.accum_grad=2"),
 ])
 def test_qwen3_size_settings_of_the_paper_are_added(recipe_copy, run_recipe, llm, objective, expected):
     # App. D.3's training configurations; the run then stops: no features were prepared.
