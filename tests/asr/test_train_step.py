@@ -3,7 +3,6 @@ update of their concatenated batch (float64, every family's loss being a sum), w
 clipping, one schedule step and one loss-scale step per update; under DDP only the last
 microbatch all-reduces."""
 
-import socket
 from typing import List
 
 import pytest
@@ -121,16 +120,6 @@ def test_the_update_sees_the_gradient_sum_not_the_last_microbatch() -> None:
     reference(batch["features"], batch["feature_lens"], batch["targets"])[0].backward()
     for gradient, parameter in zip(summed, reference.parameters()):
         torch.testing.assert_close(gradient, parameter.grad, rtol=1e-12, atol=1e-12)
-
-
-@pytest.fixture(scope="module")
-def one_rank_group():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_under_ddp_only_the_last_microbatch_all_reduces(one_rank_group) -> None:
