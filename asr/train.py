@@ -14,7 +14,6 @@ The program reads top to bottom: data, model, optimizer and schedule, resume, th
 (step, average, log, validate, checkpoint). Only rank 0 writes. ``train.accum_grad``
 microbatches make one optimizer update (:mod:`asr.train_step`); the counts of the loop
 are in updates.
-
 """
 
 from __future__ import annotations
