@@ -142,7 +142,7 @@ class TrainOptions:
     tensorboard: bool = True
     max_batches: int = 0  # stop after this many global batches (0: no limit)
     # The model's schedules (dropout, layer skipping, balancers) advance with
-    # batch_idx * max_duration * world_size / schedule_ref_duration: icefall's
+    # batch_idx * max_duration * world_size * accum_grad / schedule_ref_duration: icefall's
     # duration-adjusted batch count (egs/librispeech/ASR/zipformer/train.py,
     # get_adjusted_batch_count, reference 600 s). Recipes with small batches may lower it
     # so that the schedules finish within a short run.
