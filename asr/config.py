@@ -59,7 +59,8 @@ DEFAULT_FAMILY = "zipformer"
 CHANGEABLE_ON_RESUME = (
     "train.num_epochs", "train.start_epoch", "train.start_batch", "train.exp_dir", "train.auto_resume",
     "train.log_interval", "train.valid_interval", "train.save_every_n", "train.keep_last_k",
-    "train.max_batches", "train.tensorboard", "train.device", "train.zero1", "data.num_workers",
+    "train.max_batches", "train.tensorboard", "train.device", "train.zero1", "train.accum_grad",
+    "data.num_workers",
     "data.train_cuts", "data.valid_cuts", "data.musan_cuts", "train.lang_dir", "decode",
 )
 
@@ -141,13 +142,19 @@ class TrainOptions:
     tensorboard: bool = True
     max_batches: int = 0  # stop after this many global batches (0: no limit)
     # The model's schedules (dropout, layer skipping, balancers) advance with
-    # batch_idx * max_duration * world_size / schedule_ref_duration: icefall's
+    # batch_idx * max_duration * world_size * accum_grad / schedule_ref_duration: icefall's
     # duration-adjusted batch count (egs/librispeech/ASR/zipformer/train.py,
     # get_adjusted_batch_count, reference 600 s). Recipes with small batches may lower it
     # so that the schedules finish within a short run.
     schedule_ref_duration: float = 600.0
     # ZeRO stage 1 under DDP (asr/train_zero1.py): optimizer state sharded across ranks.
     zero1: bool = False
+    # Gradient accumulation (ESPnet's accum_grad; the paper's GA, App. D.3 Table 8):
+    # microbatches of data.max_duration per rank whose gradients are summed into one
+    # optimizer update. Every count above that says "batches" (max_batches,
+    # save_every_n, average_period, valid_interval, log_interval, the schedules) counts
+    # updates; checkpoints fall on update boundaries only (asr/train.py).
+    accum_grad: int = 1
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -157,7 +164,7 @@ class TrainOptions:
         if not self.schedule_ref_duration > 0:
             raise ValueError(f"train.schedule_ref_duration must be > 0 seconds, got "
                              f"{self.schedule_ref_duration}")
-        for name in ("num_epochs", "average_period", "log_interval", "valid_interval"):
+        for name in ("num_epochs", "average_period", "log_interval", "valid_interval", "accum_grad"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.start_epoch > 1 and self.start_batch > 0:

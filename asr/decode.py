@@ -55,7 +55,7 @@ from asr.data import build_valid_dataloader, load_cuts_lazy
 from asr.family import load_family, load_lexicon_of
 from asr.logs import format_duration, setup_logging
 from asr.scoring import Result, normalize_gigaspeech_text, read_wer_summary, save_results
-from asr.search import ctc_greedy_search, ctc_prefix_beam_search
+from asr.search import ctc_collapse, ctc_greedy_search, ctc_prefix_beam_search
 from asr.tokenizer import CharTokenizer, Tokenizer
 
 TEXT_NORMALIZERS: Dict[str, Optional[Callable[[str], str]]] = {
@@ -245,7 +245,11 @@ def decode_test_set(
         if ctc_methods:
             forward_started = time.perf_counter()
             with torch.inference_mode():
-                log_probs, lengths = model.log_probs(features, feature_lens)
+                if ctc_methods == ["ctc-greedy-search"] and hasattr(model, "best_frame_ids"):
+                    # Greedy search alone needs each frame's argmax, not (N, T', V) log-probs.
+                    log_probs, lengths = model.best_frame_ids(features, feature_lens)
+                else:
+                    log_probs, lengths = model.log_probs(features, feature_lens)
             forward_seconds = time.perf_counter() - forward_started
         for method, history, key in settings:
             method_started = time.perf_counter()
@@ -283,8 +287,11 @@ def decode_test_set(
 def search_batch(model: torch.nn.Module, method: str, options: DecodeOptions, blank_id: int, features: torch.Tensor,
                  feature_lens: torch.Tensor, log_probs: Optional[torch.Tensor],
                  lengths: Optional[torch.Tensor]) -> List[List[int]]:
-    """Token ids per utterance of one decoding method."""
+    """Token ids per utterance of one decoding method; ``log_probs`` (N, T', V), or for
+    greedy search alone each frame's best class (N, T')."""
     if method == "ctc-greedy-search":
+        if not log_probs.is_floating_point():
+            return ctc_collapse(log_probs, lengths, blank_id=blank_id)
         return ctc_greedy_search(log_probs, lengths, blank_id=blank_id)
     if method == "ctc-prefix-beam-search":
         return ctc_prefix_beam_search(log_probs, lengths, beam=options.beam, blank_id=blank_id,

@@ -15,7 +15,9 @@ The model is a ``torch.nn.Module`` with
 * ``forward(features, feature_lens, targets, return_stats=True) -> (loss, stats)``: the
   summed CTC loss of a batch; ``stats.excluded`` (N,) marks utterances the loss left out
   and ``stats.num_excluded`` counts them (:class:`pruned_ctc.LossStats`);
-* ``log_probs(features, feature_lens) -> (log_probs (N, T', V), lengths (N,))`` for decoding;
+* ``log_probs(features, feature_lens) -> (log_probs (N, T', V), lengths (N,))`` for decoding,
+  and optionally ``best_frame_ids(features, feature_lens) -> (argmax ids (N, T'), lengths)``
+  for greedy search without the log-softmax (LLM-CTC's 151,936 classes);
 * ``output_lengths(num_feature_frames)``: T' for an int or a tensor of lengths (the cut
   filter's alignability rule and the per-frame loss use it);
 * optionally ``set_batch_count(count)`` (schedules driven by the duration-adjusted batch

@@ -62,7 +62,7 @@ import numba
 import numpy as np
 import torch
 
-__all__ = ["Hypothesis", "ctc_greedy_search", "ctc_prefix_beam_search"]
+__all__ = ["Hypothesis", "ctc_collapse", "ctc_greedy_search", "ctc_prefix_beam_search"]
 
 _NO_TOKEN = -1
 # Odd 64-bit multiplier (2**64 / golden ratio) of the prefix hash
@@ -122,12 +122,22 @@ def ctc_greedy_search(
       N lists of token ids.
     """
     _check_inputs(log_probs, lengths, blank_id)
-    num_frames = log_probs.size(1)
-    best_tokens = log_probs.argmax(dim=-1)  # (N, T)
+    return ctc_collapse(log_probs.argmax(dim=-1), lengths, blank_id=blank_id)
+
+
+def ctc_collapse(best_tokens: torch.Tensor, lengths: torch.Tensor, blank_id: int = 0) -> List[List[int]]:
+    """Greedy search's second half: the best token of each frame (N, T), repeats
+    collapsed and blanks dropped over the first ``lengths`` (N,) frames."""
+    if best_tokens.dim() != 2 or best_tokens.is_floating_point():
+        raise ValueError(f"best_tokens must be (N, T) integer token ids, got shape {tuple(best_tokens.shape)}, "
+                         f"dtype {best_tokens.dtype}")
+    if lengths.dim() != 1 or lengths.numel() != best_tokens.size(0):
+        raise ValueError(f"lengths must have shape (N,) = ({best_tokens.size(0)},), got shape {tuple(lengths.shape)}")
+    num_frames = best_tokens.size(1)
     previous = torch.full_like(best_tokens, _NO_TOKEN)
     previous[:, 1:] = best_tokens[:, :-1]
-    frame_index = torch.arange(num_frames, device=log_probs.device)
-    valid = frame_index.unsqueeze(0) < lengths.to(log_probs.device).unsqueeze(1)
+    frame_index = torch.arange(num_frames, device=best_tokens.device)
+    valid = frame_index.unsqueeze(0) < lengths.to(best_tokens.device).unsqueeze(1)
     emitted = valid & (best_tokens != blank_id) & (best_tokens != previous)
     counts = emitted.sum(dim=1).tolist()
     flat = best_tokens[emitted].tolist()

@@ -11,7 +11,9 @@ there; ``train.start_batch=<B>`` (``checkpoint-<B>.pt``) or ``train.start_epoch=
 (``epoch-<N>.pt``) name a checkpoint explicitly.
 
 The program reads top to bottom: data, model, optimizer and schedule, resume, the loop
-(step, average, log, validate, checkpoint). Only rank 0 writes.
+(step, average, log, validate, checkpoint). Only rank 0 writes. ``train.accum_grad``
+microbatches make one optimizer update (:mod:`asr.train_step`); the counts of the loop
+are in updates.
 """
 
 from __future__ import annotations
@@ -59,10 +61,17 @@ from asr.train_helpers import (
     all_reduce_sum,
     autocast_context,
     make_grad_scaler,
-    nurse_grad_scale,
     setup_distributed,
 )
 from asr.logs import setup_logging
+from asr.train_step import (  # training_step: the one-batch step of the benchmark scripts
+    Trainee,
+    accumulate_gradients,
+    apply_update,
+    contributing_frames,
+    training_step,
+    with_last_flag,
+)
 from asr.train_zero1 import consolidate, zero1_optimizer
 
 
@@ -71,31 +80,10 @@ class TrainingState:
     """Where the run is: what a checkpoint must restore besides the tensors."""
 
     epoch: int = 1
-    batch_idx_train: int = 0  # optimizer steps so far (global batch count)
-    batch_in_epoch: int = 0  # batches of ``epoch`` already trained on
-    batches_per_epoch: Optional[int] = None  # known after the first full epoch (for ETA)
+    batch_idx_train: int = 0  # optimizer updates so far (global batch count)
+    batch_in_epoch: int = 0  # microbatches of ``epoch`` already trained on
+    batches_per_epoch: Optional[int] = None  # microbatches, known after the first full epoch (for ETA)
     best_valid_loss: float = float("inf")
-
-
-@dataclass
-class Trainee:
-    """What one optimizer step needs (:func:`training_step`): the model (and its DDP
-    wrapper), optimizer, schedule, fp16 loss scaler, precision and device."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    scaler: torch.amp.GradScaler
-    precision: str
-    device: torch.device
-    # Schedule units per batch: icefall's duration-adjusted batch count advances by
-    # max_duration * world_size / schedule_ref_duration each step.
-    schedule_units_per_batch: float = 1.0
-    trained_model: Optional[torch.nn.Module] = None  # ``model``, or its DDP wrapper
-
-    def __post_init__(self) -> None:
-        if self.trained_model is None:
-            self.trained_model = self.model
 
 
 @dataclass
@@ -117,8 +105,10 @@ class Run:
         return self.trainee.model
 
 
-# Called as hook(run, batch, state) after every optimizer step: lets a caller (the DDP
-# tests) observe each rank's batches and weights without changing the loop.
+# Called as hook(run, batch, state) after every optimizer update: lets a caller (the DDP
+# tests) observe each rank's batches and weights without changing the loop. ``batch``
+# holds the update's ``cut_ids`` and ``texts`` (of all its microbatches, in order) and
+# ``num_microbatches``.
 StepHook = Callable[[Run, dict, TrainingState], None]
 
 
@@ -169,7 +159,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
                       options.precision, dist.device, schedule_units_per_batch(config, dist.world_size),
                       trained_model)
     run = Run(config, dist, tokenizer, train_data, valid_loader, trainee, model_avg,
-              ProgressReport(options.log_interval, writer), after_step)
+              ProgressReport(options.log_interval, writer, options.accum_grad), after_step)
     state = resume(run)
 
     # The loop.
@@ -217,9 +207,11 @@ def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:
 
 
 def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:
-    """icefall's duration-adjusted batch count per step (egs/librispeech/ASR/zipformer/train.py,
-    get_adjusted_batch_count): seconds of audio per step over the reference duration."""
-    return config.data.max_duration * world_size / config.train.schedule_ref_duration
+    """icefall's duration-adjusted batch count per update (egs/librispeech/ASR/zipformer/train.py,
+    get_adjusted_batch_count): seconds of audio per update (all ranks, all accumulated
+    microbatches) over the reference duration."""
+    options = config.train
+    return config.data.max_duration * world_size * options.accum_grad / options.schedule_ref_duration
 
 
 class NoTrainingBatches(RuntimeError):
@@ -267,17 +259,27 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
     """Train on the rest of the current epoch; True if ``train.max_batches`` stopped it."""
     options = run.config.train
     run.trainee.trained_model.train()
-    for batch in run.train_data.loader:
-        state.batch_idx_train += 1
+    update_batch = new_update_batch()
+    for batch, last_of_epoch in with_last_flag(run.train_data.loader):
         state.batch_in_epoch += 1
+        update = state.batch_idx_train + 1
+        update_batch["num_microbatches"] += 1
+        ends_update = update_batch["num_microbatches"] == options.accum_grad or last_of_epoch
         targets = run.tokenizer.encode(batch["texts"])
-        loss_sum, frames, excluded = training_step(run.trainee, batch, targets, state.batch_idx_train)
+        loss_sum, frames, excluded = accumulate_gradients(run.trainee, batch, targets, update, sync=ends_update)
         audio_seconds = batch["feature_lens"].sum().item() * FRAME_SHIFT_SECONDS
         run.report.add(loss_sum, frames, audio_seconds, len(batch["texts"]), excluded)
+        update_batch["cut_ids"].extend(batch["cut_ids"])
+        update_batch["texts"].extend(batch["texts"])
+        if not ends_update:
+            continue
+        apply_update(run.trainee, update)
+        state.batch_idx_train = update
         if run.model_avg is not None:
             update_averaged_model(run.model_avg, run.model, state.batch_idx_train, options.average_period)
         if run.after_step is not None:
-            run.after_step(run, batch, state)
+            run.after_step(run, update_batch, state)
+        update_batch = new_update_batch()
         run.report.maybe_report(
             epoch=state.epoch, batch_in_epoch=state.batch_in_epoch, batch_idx_train=state.batch_idx_train,
             lr=run.trainee.scheduler.get_last_lr()[0],
@@ -293,34 +295,8 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
     return False
 
 
-def training_step(trainee: Trainee, batch: dict, targets: List[List[int]], batch_idx_train: int) -> tuple:
-    """Forward, backward and optimizer step on one batch (``features``, ``feature_lens``).
-
-    Returns:
-        (summed loss, model frames of the utterances that contributed, excluded utterances).
-    """
-    device, model = trainee.device, trainee.model
-    features = batch["features"].to(device)
-    feature_lens = batch["feature_lens"].to(device)
-    if hasattr(model, "set_batch_count"):
-        model.set_batch_count(batch_idx_train * trainee.schedule_units_per_batch)
-    if hasattr(model, "set_batch_index"):
-        model.set_batch_index(batch_idx_train)  # randomness keyed by the step (streaming LLM-CTC's history)
-    with autocast_context(trainee.precision, device):
-        loss, stats = trainee.trained_model(features, feature_lens, targets, return_stats=True)
-    trainee.scaler.scale(loss).backward()
-    trainee.scheduler.step_batch(batch_idx_train)
-    trainee.scaler.step(trainee.optimizer)
-    trainee.scaler.update()
-    trainee.optimizer.zero_grad(set_to_none=True)
-    nurse_grad_scale(trainee.scaler, batch_idx_train)
-    return loss.item(), contributing_frames(model, feature_lens, stats.excluded), stats.num_excluded
-
-
-def contributing_frames(model: torch.nn.Module, feature_lens: torch.Tensor, excluded: torch.Tensor) -> int:
-    """Model frames summed over the utterances the loss did not exclude."""
-    frames = model.output_lengths(feature_lens)
-    return int(frames[~excluded.to(frames.device)].sum().item())
+def new_update_batch() -> dict:
+    return {"cut_ids": [], "texts": [], "num_microbatches": 0}
 
 
 @torch.no_grad()

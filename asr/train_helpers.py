@@ -95,14 +95,19 @@ def nurse_grad_scale(scaler: torch.amp.GradScaler, batch_idx_train: int) -> None
 
 
 class ProgressReport:
-    """Running training statistics, printed every ``log_interval`` batches with rate and ETA.
+    """Running training statistics, printed every ``log_interval`` optimizer updates with
+    rate and ETA.
 
-    Losses are sums over the batch; they are reported per encoder frame.
+    Losses are sums over the batch; they are reported per encoder frame. ``add`` is called
+    per microbatch, ``maybe_report`` after each update (``accum_grad`` microbatches, or
+    the rest of an epoch): the rate is in microbatches per second, the run's ETA in
+    updates.
     """
 
-    def __init__(self, log_interval: int, writer: Optional[object] = None) -> None:
+    def __init__(self, log_interval: int, writer: Optional[object] = None, accum_grad: int = 1) -> None:
         self.log_interval = log_interval
         self.writer = writer
+        self.accum_grad = accum_grad
         self._reset()
 
     def _reset(self) -> None:
@@ -112,6 +117,7 @@ class ProgressReport:
         self.excluded = 0
         self.utterances = 0
         self.batches = 0
+        self.updates = 0
         self.started = time.monotonic()
 
     def add(self, loss_sum: float, frames: int, audio_seconds: float, utterances: int, excluded: int) -> None:
@@ -126,18 +132,23 @@ class ProgressReport:
         self, *, epoch: int, batch_in_epoch: int, batch_idx_train: int, lr: float,
         grad_scale: float, batches_per_epoch: Optional[int], max_batches: int,
     ) -> None:
-        """Log and write scalars when ``batch_idx_train`` hits the interval."""
+        """After an update: log and write scalars when ``batch_idx_train`` (updates) hits
+        the interval. ``batch_in_epoch`` and ``batches_per_epoch`` count microbatches."""
+        self.updates += 1
         if batch_idx_train % self.log_interval != 0 or self.batches == 0:
             return
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.batches / elapsed
         loss = self.loss_sum / max(self.frames, 1)
-        eta = _eta_text(rate, batch_in_epoch, batch_idx_train, batches_per_epoch, max_batches)
+        eta = _eta_text(rate, self.updates / elapsed, batch_in_epoch, batch_idx_train, batches_per_epoch,
+                        max_batches)
         of_epoch = f"/{batches_per_epoch}" if batches_per_epoch else ""
+        global_count = (f"global {batch_idx_train}" if self.accum_grad == 1
+                        else f"update {batch_idx_train} of {self.accum_grad} microbatches")
         logging.info(
-            "epoch %d, batch %d%s (global %d): loss %.4f per frame, lr %.3e, grad scale %.3g, "
+            "epoch %d, batch %d%s (%s): loss %.4f per frame, lr %.3e, grad scale %.3g, "
             "%.2f batches/s, %.1fx real time, %d/%d utterances excluded%s",
-            epoch, batch_in_epoch, of_epoch, batch_idx_train, loss, lr, grad_scale, rate,
+            epoch, batch_in_epoch, of_epoch, global_count, loss, lr, grad_scale, rate,
             self.audio_seconds / elapsed, self.excluded, self.utterances, eta,
         )
         self.scalars({"train/loss": loss, "train/lr": lr, "train/grad_scale": grad_scale,
@@ -150,11 +161,11 @@ class ProgressReport:
                 self.writer.add_scalar(name, value, step)
 
 
-def _eta_text(rate: float, batch_in_epoch: int, batch_idx_train: int,
+def _eta_text(rate: float, update_rate: float, batch_in_epoch: int, batch_idx_train: int,
               batches_per_epoch: Optional[int], max_batches: int) -> str:
     parts = []
     if batches_per_epoch and batch_in_epoch <= batches_per_epoch:
         parts.append(f"epoch ETA {format_duration((batches_per_epoch - batch_in_epoch) / rate)}")
     if max_batches:
-        parts.append(f"run ETA {format_duration(max(max_batches - batch_idx_train, 0) / rate)}")
+        parts.append(f"run ETA {format_duration(max(max_batches - batch_idx_train, 0) / update_rate)}")
     return (", " + ", ".join(parts)) if parts else ""

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from llm_ctc.config import LLMASRConfig
-from llm_ctc.decoding import LLMTokenizer
+from llm_ctc.decoding import LLMTokenizer, best_frame_ids
 from llm_ctc.optim import ClippedAdamW, WarmupCosine
 from llm_ctc.options import AdamWOptions
 
@@ -135,6 +135,15 @@ class ToolkitLLMCTC(ToolkitSpeechLLM):
     def log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """Full-head log-probabilities (N, T_n max, V), float32, and T_n, for CTC search."""
         return self.speech_llm.ctc_log_probs(features, feature_lens)
+
+    def best_frame_ids(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """The argmax class of every frame (N, T_n max) and T_n, for greedy search without
+        the (N, T_n max, V) log-softmax (llm_ctc/decoding.py)."""
+        if type(self).log_probs is not ToolkitLLMCTC.log_probs:
+            # A subclass whose frames differ (streaming): the argmax of its own log-probs.
+            log_probs, lengths = self.log_probs(features, feature_lens)
+            return log_probs.argmax(dim=-1), lengths
+        return best_frame_ids(self.speech_llm, features, feature_lens)
 
 
 class ToolkitLLMCE(ToolkitSpeechLLM):

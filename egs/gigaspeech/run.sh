@@ -158,7 +158,7 @@ if [ "$stop_stage" -ge 20 ] && [ "$stage" -le 29 ]; then
   esac
 fi
 
-if run_stage 20 "128-bin fbank of $eval_subsets and the $train_subset pieces [$start, $stop) into $fbank128_dir"; then
+if run_stage 20 "128-bin fbank of $eval_subsets, the $train_subset pieces [$start, $stop) and MUSAN into $fbank128_dir"; then
   if [ "$llm_encoder" = zipformer ]; then
     log "--llm-encoder zipformer reads the 80-bin features of stages 4-6: nothing to do"
   else
@@ -171,6 +171,8 @@ if run_stage 20 "128-bin fbank of $eval_subsets and the $train_subset pieces [$s
     if [ "$last" -lt 0 ] || [ "$last" -gt ${#pieces[@]} ]; then last=${#pieces[@]}; fi
     python -m local.fbank_bins --num-mel-bins 128 --num-jobs "$nj" \
       --out-dir "$fbank128_dir/gigaspeech_${train_subset}_split" "${pieces[@]:$start:$((last - start))}"
+    # The noise is mixed into the features: 128 bins as well (MUSAN manifests: stage 2).
+    python -m local.musan --num-mel-bins 128 --num-jobs "$nj" "$manifest_dir" "$fbank128_dir"
   fi
 fi
 
@@ -185,8 +187,7 @@ fi
 # llm_settings OBJECTIVE: train_config, exp_dir and the settings of LLM-<OBJECTIVE> with
 # --llm on --llm-encoder. Qwen3 sizes change a few settings (App. D.3): activation
 # checkpointing for 14B (LLM-CTC) and 32B, peak lr 5e-5 for 32B, and LLM-CE's 100 s
-# microbatches for 14B and 32B (the paper accumulates two of them per update; asr.train
-# has no accumulation, so an update sees half the audio).
+# microbatches for 14B and 32B, two accumulated per update (GA 2: 1,600 s per update on 8 GPUs).
 llm_settings() {
   local objective=$1 name settings=()
   name=$(basename "$llm" | tr '[:upper:]' '[:lower:]')
@@ -194,7 +195,8 @@ llm_settings() {
   exp_dir=exp/llm_${objective}_${llm_encoder}_${name}
   settings=(model.llm="$llm"
     data.train_cuts="$llm_fbank_dir/gigaspeech_${train_subset}_split/gigaspeech_cuts_$train_subset.[0-9]*.jsonl.gz"
-    data.valid_cuts="$llm_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz")
+    data.valid_cuts="$llm_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz"
+    data.musan_cuts="$llm_fbank_dir/musan_cuts.jsonl.gz")
   if [ -n "$llm_encoder_path" ]; then
     settings+=(model.encoder_path="$llm_encoder_path")
   elif [ "$llm_encoder" = zipformer ]; then
@@ -202,12 +204,12 @@ llm_settings() {
   fi
   case "$name" in
     *-14b*)
-      if [ "$objective" = ctc ]; then settings+=(model.activation_checkpointing=true); else settings+=(data.max_duration=100); fi ;;
+      if [ "$objective" = ctc ]; then settings+=(model.activation_checkpointing=true); else settings+=(data.max_duration=100 train.accum_grad=2); fi ;;
     *-32b*)
       settings+=(model.activation_checkpointing=true optim.lr=0.00005)
-      [ "$objective" = ce ] && settings+=(data.max_duration=100) ;;
+      [ "$objective" = ce ] && settings+=(data.max_duration=100 train.accum_grad=2) ;;
   esac
-  [ ${#settings[@]} -gt 3 ] && log "settings for $name (App. D.3): ${settings[*]:3}"
+  [ ${#settings[@]} -gt 4 ] && log "settings for $name (App. D.3): ${settings[*]:4}"
   train_args=$llm_args
   decode_args=$llm_decode_args
   training_settings "${settings[@]}"

@@ -3,9 +3,9 @@ environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
 
     python tests/asr/ddp_rank.py <record.pt> <section.field=value> ...
 
-Trains with :func:`asr.train.main` and saves, for every optimizer step, the epoch,
-the global batch index, the cut ids of the batch this rank trained on, its summed loss
-and a copy of every trainable model parameter.
+Trains with :func:`asr.train.main` and saves, for every optimizer update, the epoch,
+the global batch index, the cut ids of the microbatches this rank trained on and their
+number, its summed loss and a copy of every trainable model parameter.
 """
 
 import sys
@@ -23,7 +23,8 @@ def record_steps(record_path: str, overrides: List[str]) -> None:
         steps.append({
             "epoch": state.epoch,
             "batch_idx_train": state.batch_idx_train,
-            "cut_ids": list(batch["cut_ids"]),
+            "cut_ids": list(batch["cut_ids"]),  # of all the update's microbatches
+            "num_microbatches": batch["num_microbatches"],
             # The report is reset after every logged batch (train.log_interval=1): this batch's loss.
             "loss": run.report.loss_sum,
             "parameters": {name: p.detach().clone() for name, p in run.model.named_parameters()

@@ -179,3 +179,44 @@ def test_a_run_ended_by_max_batches_is_finished_on_rerun(corpus: Dict[str, Path]
     assert "checkpoint-3.pt exists: already finished" in capsys.readouterr().out
     assert load(tmp_path / "checkpoint-3.pt")["batch_idx_train"] == 3
     assert not (tmp_path / "checkpoint-4.pt").exists()
+
+
+@pytest.fixture(scope="module")
+def accumulated(corpus: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two microbatches per update (train.accum_grad=2); checkpoints every update."""
+    exp_dir = tmp_path_factory.mktemp("exp_accum")
+    main(arguments(corpus, exp_dir, "train.accum_grad=2", "train.save_every_n=1"))
+    return exp_dir
+
+
+def test_accumulated_training_counts_optimizer_updates(accumulated: Path) -> None:
+    first, final = load(accumulated / "epoch-1.pt"), load(accumulated / "epoch-2.pt")
+    microbatches = first["batches_per_epoch"]
+    assert microbatches >= 3 and microbatches % 2 == 1  # the epoch's last update has one microbatch
+    # An epoch of B microbatches makes ceil(B / 2) updates: the last takes what is left.
+    assert first["batch_idx_train"] == (microbatches + 1) // 2
+    assert final["batch_idx_train"] == first["batch_idx_train"] + (final["batches_per_epoch"] + 1) // 2
+    checkpoint = load(accumulated / "checkpoint-1.pt")
+    assert (checkpoint["batch_idx_train"], checkpoint["batch_in_epoch"]) == (1, 2)  # between updates
+    assert checkpoint["scheduler"]["batch"] == 1
+
+
+def test_accumulated_training_resumes_bit_for_bit_mid_epoch(
+    corpus: Dict[str, Path], accumulated: Path, tmp_path: Path
+) -> None:
+    shutil.copy(accumulated / "checkpoint-1.pt", tmp_path / "checkpoint-1.pt")
+    main(arguments(corpus, tmp_path, "train.accum_grad=2", "train.save_every_n=1", "train.start_batch=1"))
+    assert_same_weights(load(accumulated / "epoch-2.pt"), load(tmp_path / "epoch-2.pt"))
+
+
+def test_accum_grad_below_one_is_refused_by_name() -> None:
+    for value in ("0", "-2"):
+        with pytest.raises(ValueError, match=f"train.accum_grad must be >= 1, got {value}"):
+            load_run_config(None, [f"train.accum_grad={value}"])
+
+
+def test_the_schedules_advance_by_the_audio_of_every_accumulated_microbatch() -> None:
+    from asr.train import schedule_units_per_batch
+
+    config = load_run_config(None, ["data.max_duration=100", "train.accum_grad=2"])
+    assert schedule_units_per_batch(config, world_size=8) == 100 * 8 * 2 / 600

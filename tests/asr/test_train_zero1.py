@@ -3,24 +3,12 @@ globally clipped optimizer makes the steps of the unsharded one, its consolidate
 loads back, and optimizers that cannot be sharded exactly are refused. The two-rank
 runs through asr.train are in tests/llm_ctc/test_zero1_training.py."""
 
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from asr.train_zero1 import check_shardable, consolidate, zero1_optimizer
 from llm_ctc.optim import ClippedAdamW, WarmupCosine
-
-
-@pytest.fixture(scope="module")
-def one_rank_group():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def make_parameters(seed: int):

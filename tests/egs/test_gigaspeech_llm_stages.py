@@ -112,6 +112,23 @@ def test_training_pieces_get_128_bin_features_of_the_same_cuts(recipe):
 
 
 @slow
+def test_musan_gets_128_bin_features_of_the_same_windows(recipe):
+    import numpy as np
+    from lhotse import Fbank, FbankConfig, load_manifest
+
+    extractor = Fbank(FbankConfig(num_mel_bins=128))
+    with contextlib.chdir(recipe["recipe"]):
+        cuts = load_manifest("data/fbank128/musan_cuts.jsonl.gz")
+        assert sorted(c.id for c in cuts) == sorted(c.id for c in load_manifest("data/fbank/musan_cuts.jsonl.gz"))
+        for cut in list(cuts)[:3]:
+            features = cut.load_features()
+            assert features.shape == (cut.num_frames, 128)
+            reference = extractor.extract(cut.load_audio()[0], cut.sampling_rate)
+            frames = min(len(reference), len(features))
+            assert float(np.median(np.abs(reference[:frames] - features[:frames]))) < 0.05, cut.id
+
+
+@slow
 @pytest.mark.parametrize("objective", ["ctc", "ce"])
 def test_training_keeps_the_papers_settings_and_the_recipes_parts(recipe, tiny_qwen3, objective):
     import torch
@@ -130,6 +147,8 @@ def test_training_keeps_the_papers_settings_and_the_recipes_parts(recipe, tiny_q
         1e-4, 0.1, 0.9, 0.95, 1e-6)
     assert (optim["warmup_batches"], optim["final_lr_fraction"], optim["clip_norm"]) == (200, 0.05, 5.0)
     assert config["data"]["train_cuts"].startswith("data/fbank128/gigaspeech_XL_split/")
+    # App. D.2: MUSAN, mixed into the 128-bin features at 128 bins (stage 20).
+    assert (config["data"]["enable_musan"], config["data"]["musan_cuts"]) == (True, "data/fbank128/musan_cuts.jsonl.gz")
     if objective == "ctc":
         assert (model["readout"], model["prompt"], model["chunk_size"], model["beam"]) == (
             "query", "Transcribe the speech.", 4096, 100.0)
@@ -192,9 +211,9 @@ def test_unknown_encoder_is_named(recipe_copy, run_recipe):
 
 @pytest.mark.parametrize("llm, objective, expected", [
     ("Qwen/Qwen3-32B", "ctc", "model.activation_checkpointing=true optim.lr=0.00005"),
-    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=0.00005 data.max_duration=100"),
+    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=0.00005 data.max_duration=100 train.accum_grad=2"),
     ("Qwen/Qwen3-14B", "ctc", "model.activation_checkpointing=true"),
-    ("Qwen/Qwen3-14B", "ce", "data.max_duration=100"),
+    ("Qwen/Qwen3-14B", "ce", "data.max_duration=100 train.accum_grad=2"),
 ])
 def test_qwen3_size_settings_of_the_paper_are_added(recipe_copy, run_recipe, llm, objective, expected):
     # App. D.3's training configurations; the run then stops: no features were prepared.

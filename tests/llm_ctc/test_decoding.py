@@ -1,9 +1,10 @@
-"""CTC decoding: full-head log-probabilities, search, detokenization (Mandarin, English)."""
+"""CTC decoding: full-head log-probabilities, search, detokenization (Mandarin, English);
+greedy search by the argmax of the head's logits, without the log-softmax."""
 
 import pytest
 import torch
 
-from llm_ctc.decoding import LLMTokenizer, recognize, search
+from llm_ctc.decoding import LLMTokenizer, best_frame_ids, head_argmax, recognize, search
 from references.ctc_reference import collapse
 from references.tiny_llm import QWEN3_HEAD_ROWS, random_features
 
@@ -76,3 +77,67 @@ def test_model_log_probs_are_the_full_head_softmax(ctc_model):
 def test_unknown_method_is_an_error(llm_tokenizer):
     with pytest.raises(ValueError, match="unknown CTC decoding method"):
         search(torch.zeros(1, 2, 3), torch.tensor([2]), 0, "beam-search")
+
+
+def toy_head(vocab=50, dim=8, seed=5):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(3, 11, dim, generator=generator), torch.randn(vocab, dim, generator=generator),
+            torch.randn(vocab, generator=generator))
+
+
+@pytest.mark.parametrize("rows_per_block", [7, 16, 50, 64])
+def test_head_argmax_is_the_argmax_of_the_float64_logits_in_any_blocks(rows_per_block):
+    states, weight, bias = toy_head()
+    reference = states.double() @ weight.double().t() + bias.double()
+    top2 = reference.topk(2, dim=-1).values
+    assert (top2[..., 0] - top2[..., 1]).min() > 1e-4  # no near-ties: one right answer per frame
+    assert torch.equal(head_argmax(states, weight, bias, rows_per_block), reference.argmax(-1))
+    assert torch.equal(head_argmax(states, weight, None, rows_per_block),
+                       (states.double() @ weight.double().t()).argmax(-1))
+
+
+def test_head_argmax_takes_the_first_of_equal_maxima_across_blocks():
+    states, weight, bias = toy_head()
+    best = int((states[0, 0] @ weight.t() + bias).argmax())
+    weight, bias = torch.cat([weight, weight[best:best + 1]]), torch.cat([bias, bias[best:best + 1]])
+    assert int(head_argmax(states, weight, bias, rows_per_block=7)[0, 0]) == best  # not the copy at row 50
+
+
+def test_the_blank_offset_moves_frames_to_blank_before_the_argmax():
+    from pruned_ctc import bias_with_blank_offset
+
+    states, weight, bias = toy_head()
+    blank = 3
+    for eta in (0.0, 4.0, 50.0):
+        biased = bias_with_blank_offset(bias, torch.tensor(eta), blank, weight)
+        reference = (states.double() @ weight.double().t() + biased.double()).log_softmax(-1).argmax(-1)
+        assert torch.equal(head_argmax(states, weight, biased, rows_per_block=16), reference)
+    assert (reference == blank).all()  # eta = 50: every frame is blank
+
+
+def test_greedy_by_argmax_gives_the_log_softmax_hypotheses(ctc_model):
+    features, lengths = random_features([120, 90, 60], seed=33)
+    with torch.no_grad():
+        log_probs, lens = ctc_model.ctc_log_probs(features, lengths)
+        frame_ids, frame_lens = best_frame_ids(ctc_model, features, lengths)
+    assert torch.equal(frame_lens, lens)
+    valid = torch.arange(log_probs.shape[1])[None, :] < lens[:, None]
+    top2 = log_probs.topk(2, dim=-1).values
+    assert (top2[..., 0] - top2[..., 1])[valid].min() > 1e-5  # ties excluded: one answer per frame
+    assert torch.equal(frame_ids[valid], log_probs.argmax(-1)[valid])
+    expected = search(log_probs, lens, ctc_model.blank_id, "ctc-greedy-search")
+    assert recognize(ctc_model, features, lengths)[0] == expected
+    assert any(expected) and frame_ids[valid].unique().numel() > 2
+
+
+def test_the_toolkit_decodes_greedy_by_argmax(ctc_model):
+    from llm_ctc.family import ToolkitLLMCTC
+
+    adapter = ToolkitLLMCTC(ctc_model)
+    features, lengths = random_features([80, 64], seed=34)
+    with torch.no_grad():
+        frame_ids, lens = adapter.best_frame_ids(features, lengths)
+        log_probs, log_prob_lens = adapter.log_probs(features, lengths)
+    assert torch.equal(lens, log_prob_lens)
+    for n in range(2):
+        assert torch.equal(frame_ids[n, :lens[n]], log_probs[n, :lens[n]].argmax(-1))

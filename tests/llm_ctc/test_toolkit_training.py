@@ -149,3 +149,22 @@ def test_bf16_autocast_trains_with_finite_weights(corpus, ctc_config, tmp_path) 
     assert state["config"]["train"]["precision"] == "bf16"
     assert all(torch.isfinite(tensor).all() for tensor in state["model"].values())
     assert all(tensor.dtype == torch.float32 for tensor in state["model"].values())
+
+
+def test_greedy_decoding_alone_takes_no_log_softmax_and_finds_the_same_words(corpus, uninterrupted, tmp_path,
+                                                                             monkeypatch) -> None:
+    from llm_ctc.family import ToolkitLLMCTC
+
+    suffix = "epoch-2_avg-1"
+    recogs = {}
+    for name, methods in (("both", ["ctc-greedy-search", "ctc-prefix-beam-search"]), ("alone", ["ctc-greedy-search"])):
+        exp_dir = tmp_path / name
+        exp_dir.mkdir()
+        shutil.copy(uninterrupted / "epoch-2.pt", exp_dir / "epoch-2.pt")
+        with monkeypatch.context() as patch:
+            if name == "alone":
+                patch.setattr(ToolkitLLMCTC, "log_probs", lambda *_: pytest.fail("log_probs taken for greedy alone"))
+            decode([f"--exp-dir={exp_dir}", "--epoch=2", "--avg=1", "--use-averaged-model=false",
+                    f"--test-cuts=train={corpus['train']}", "--num-workers=0", "--method", *methods])
+        recogs[name] = (exp_dir / f"recogs-train-ctc-greedy-search-{suffix}.txt").read_text()
+    assert recogs["alone"] == recogs["both"] and "hyp=" in recogs["alone"]

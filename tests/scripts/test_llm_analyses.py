@@ -78,10 +78,10 @@ def test_discarded_mass_exact_losses_are_dense_ctc_over_the_whole_head(tmp_path,
 @pytest.mark.slow
 def test_rtf_benchmark_reports_the_median_of_three_passes_over_the_audio(tmp_path, support) -> None:
     run("benchmark_llm_rtf.py", "--synthesized", "--utterances", "2", "--warmup", "1", *TINY_MODEL,
-        "--output-dir", str(tmp_path))
+        "--compare-log-softmax", "--output-dir", str(tmp_path))
     rows = read_csv(tmp_path / "rtf_cpu.csv")
     audio = sum(u.duration for u in support.synthesized_utterances(3, seed=0)[1:])
-    for system in ("LLM-CTC", "LLM-CE"):
+    for system in ("LLM-CTC", "LLM-CE", "LLM-CTC, log-softmax greedy"):
         passes = [r for r in rows if r["system"] == system and r["pass_index"] != "median"]
         assert [r["pass_index"] for r in passes] == ["1", "2", "3"]
         for row in passes:
@@ -89,7 +89,8 @@ def test_rtf_benchmark_reports_the_median_of_three_passes_over_the_audio(tmp_pat
             assert float(row["rtf"]) == pytest.approx(float(row["seconds"]) / audio)
         (median,) = [r for r in rows if r["system"] == system and r["pass_index"] == "median"]
         assert float(median["rtf"]) == pytest.approx(statistics.median(float(r["rtf"]) for r in passes))
-    assert "faster than LLM-CE" in (tmp_path / "results_cpu.md").read_text()
+    results = (tmp_path / "results_cpu.md").read_text()
+    assert "faster than LLM-CE" in results and "instead of the (T, V) log-softmax" in results
 
 
 def test_frozen_head_losses_agree_with_dense_float64_ctc_and_pruning_saves_memory(tmp_path) -> None:
