@@ -146,6 +146,9 @@ class PerChunkFeatures:
 
     def __call__(self, cuts: Sequence, spec_augment=None) -> Tuple[Tensor, Tensor]:
         per_cut = [self.cut_features(cut, spec_augment) for cut in cuts]
+        bins = {features.shape[1] for features in per_cut}
+        if len(bins) > 1:
+            raise ValueError(f"cuts {[cut.id for cut in cuts]} mix features of {sorted(bins)} mel bins in one batch")
         return pad_features(per_cut)
 
 

@@ -177,6 +177,17 @@ def test_per_chunk_spec_augment_is_reproducible_per_seed_and_epoch(cuts) -> None
     assert not torch.equal(draw(7, 2), first)
 
 
+def test_musan_noise_is_mixed_into_each_chunks_audio(corpus, cuts) -> None:
+    noise = CutSet.from_cuts(load_cuts_lazy(corpus["musan"]))
+    plain = AsrDataset(chunk_seconds=1)[cuts]
+    mixed = AsrDataset(chunk_seconds=1, noise_cuts=noise, musan_prob=1.0, musan_snr=(10.0, 10.0))[cuts]
+    assert mixed["cut_ids"] == plain["cut_ids"] and torch.equal(mixed["feature_lens"], plain["feature_lens"])
+    for index in range(len(cuts)):
+        length = int(plain["feature_lens"][index])
+        # Noise 10 dB below the speech raises the log-energies of (nearly) every frame.
+        assert (mixed["features"][index, :length] != plain["features"][index, :length]).any(dim=1).all()
+
+
 def test_a_cut_without_audio_is_named(cuts) -> None:
     cut = cuts[0].drop_recording()
     with pytest.raises(ValueError, match=f"cut {cut.id} has no recording"):
