@@ -118,7 +118,7 @@ def test_asr_decode_writes_streaming_results_per_history(small_training_corpus, 
 
 def test_latency_command_measures_every_chunk_within_the_cache_bound(small_training_corpus, ctc_config,
                                                                       uninterrupted, tmp_path):
-    """8 s of the training cuts' features in 1 s chunks at h = 1 s: from the second chunk
+    """8 s of the training cuts' audio in 1 s chunks at h = 1 s: from the second chunk
     on each chunk attends to the prompt, the 13 kept pairs of the previous chunk and its
     own 13 pairs (P + 2A + J with A = J / 2 = 13, embeddings at 0, 0.08, ..., 0.96 s)."""
     import csv
