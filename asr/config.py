@@ -98,6 +98,10 @@ class DataOptions:
     spec_aug_features_mask_size: int = 27  # frequency bins
     spec_aug_num_frame_masks: int = 10
     spec_aug_frames_mask_size: int = 100  # frames
+    # Features and SpecAugment per chunk of this many seconds of audio (paper App. D.4,
+    # streaming models; asr.chunk_features), 0: per cut. None (unset): a streaming
+    # model's chunk (model.streaming_chunk_seconds when model.streaming), else 0.
+    feature_chunk_seconds: Optional[int] = None
 
     def __post_init__(self) -> None:
         positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size")
@@ -116,6 +120,9 @@ class DataOptions:
         if self.musan_snr_min > self.musan_snr_max:
             raise ValueError(f"data.musan_snr_min {self.musan_snr_min} exceeds data.musan_snr_max "
                              f"{self.musan_snr_max}")
+        if self.feature_chunk_seconds is not None and self.feature_chunk_seconds < 0:
+            raise ValueError(f"data.feature_chunk_seconds must be >= 0 (whole seconds; 0: per cut), got "
+                             f"{self.feature_chunk_seconds!r}")
 
 
 @dataclass
@@ -244,6 +251,20 @@ class RunConfig:
             self.model = model_class()
         if self.optim is None:
             self.optim = optim_class()
+        self._resolve_feature_chunks()
+
+    def _resolve_feature_chunks(self) -> None:
+        """Per-chunk features follow a streaming model's chunks (App. D.4) unless set;
+        set, they must be that chunk or 0 (the cut's features sliced at chunk boundaries)."""
+        streaming = bool(getattr(self.model, "streaming", False))
+        chunk = getattr(self.model, "streaming_chunk_seconds", 0) if streaming else 0
+        given = self.data.feature_chunk_seconds
+        if given is None:
+            self.data.feature_chunk_seconds = chunk
+        elif given and given != chunk:
+            needs = f"model.streaming_chunk_seconds={chunk}" if streaming else "a streaming model (model.streaming)"
+            raise ValueError(f"data.feature_chunk_seconds={given} needs {needs}: features are chunked as the "
+                             "model's chunks (0: per cut)")
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain nested dict (saved in every checkpoint, compared on resume)."""

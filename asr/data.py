@@ -11,6 +11,10 @@ sorted by decreasing duration. Training batches are augmented with MUSAN noise
 (Lhotse ``CutMix``, in the feature domain) and SpecAugment (Lhotse ``SpecAugment``)
 with icefall's settings; validation batches are not.
 
+With ``data.feature_chunk_seconds`` (streaming models: paper App. D.4) the features are
+computed from the audio chunk by chunk and SpecAugment runs on each chunk on its own
+(:mod:`asr.chunk_features`); MUSAN noise is then mixed into the audio.
+
 Augmentation draws its randomness from a seed made of the run's seed, the epoch
 and the batch's cut ids, so a resumed run (see :func:`resumable_sampler_state`)
 sees exactly the batches and the augmented features it would have seen.
@@ -37,6 +41,7 @@ from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeature
 from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
 
+from asr.chunk_features import PerChunkFeatures
 from asr.config import DataOptions, PathLike
 from asr.cut_filters import TrainingCutFilter, cut_text
 from asr.tokenizer import Tokenizer
@@ -135,6 +140,8 @@ class AsrDataset(torch.utils.data.Dataset):
         musan_snr: (min, max) SNR in dB, drawn uniformly.
         spec_augment: applied to the padded features, or None.
         seed: base of the per-batch augmentation seed.
+        chunk_seconds: > 0: features (and SpecAugment) per chunk of that many seconds
+            of audio, for streaming models (App. D.4); 0: per cut.
     """
 
     def __init__(
@@ -146,8 +153,10 @@ class AsrDataset(torch.utils.data.Dataset):
         musan_snr: Tuple[float, float] = (10.0, 20.0),
         spec_augment: Optional[SpecAugment] = None,
         seed: int = 42,
+        chunk_seconds: int = 0,
     ) -> None:
         super().__init__()
+        self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=80)))
         else:
@@ -177,8 +186,13 @@ class AsrDataset(torch.utils.data.Dataset):
                 pad_to_longest=False,  # noise must not lengthen an utterance
             )
             cuts = mix(cuts)
-        features, feature_lens = self.read_features(cuts)
-        if self.spec_augment is not None:
+        if self.per_chunk is not None:
+            # Seeded as the whole-cut path below: a resumed run draws the same masks.
+            with _seeded_global_rngs(batch_seed):
+                features, feature_lens = self.per_chunk(cuts, self.spec_augment)
+        else:
+            features, feature_lens = self.read_features(cuts)
+        if self.spec_augment is not None and self.per_chunk is None:
             # (utterance, first frame, number of frames): time warp stays inside each utterance.
             segments = torch.stack(
                 [torch.arange(len(cuts)), torch.zeros_like(feature_lens), feature_lens], dim=1
@@ -245,6 +259,7 @@ def build_train_dataloader(
         musan_snr=(options.musan_snr_min, options.musan_snr_max),
         spec_augment=build_spec_augment(options) if options.enable_spec_aug else None,
         seed=options.seed,
+        chunk_seconds=options.feature_chunk_seconds or 0,
     )
     sampler = DynamicBucketingSampler(
         cuts,
@@ -278,7 +293,8 @@ def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: i
         world_size=world_size,
         rank=rank,
     )
-    return _map_style_loader(AsrDataset(on_the_fly_feats=options.on_the_fly_feats), sampler, options)
+    dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats, chunk_seconds=options.feature_chunk_seconds or 0)
+    return _map_style_loader(dataset, sampler, options)
 
 
 def resumable_sampler_state(sampler: DynamicBucketingSampler, batches_consumed: int) -> Dict[str, Any]:

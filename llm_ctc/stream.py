@@ -6,8 +6,8 @@ with that chunk's compute time (Sec. 4.3)::
 
 The wav must be 16 kHz mono PCM (8/16/32-bit). The checkpoint is one written by
 :func:`llm_ctc.save_model_checkpoint` (LoRA is merged for inference). The audio is fed
-one chunk at a time as it would arrive; the model's encoder computes its own features
-per chunk (Zipformer fbank).
+one chunk at a time as it would arrive; each chunk's fbank is computed from its own
+samples with the encoder's number of mel bins, as training computes it (App. D.4).
 """
 
 from __future__ import annotations

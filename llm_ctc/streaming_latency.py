@@ -7,10 +7,12 @@ chunk stops growing once the history is full)::
         --output-dir exp/full_llm_ctc_streaming/latency
 
 The weights are those the configuration's decode section chooses (as ``asr.decode``).
-Test utterances' features are concatenated in manifest order up to ``--seconds`` and fed
-one chunk at a time to :class:`llm_ctc.streaming_recognizer.StreamingRecognizer` (greedy
-search, one torch thread by default). Writes ``chunks.csv`` (chunk index, start second,
-cache positions attended by the chunk, cache positions kept after it, milliseconds) and
+Test utterances' audio is concatenated in manifest order up to ``--seconds`` and fed one
+chunk at a time to :class:`llm_ctc.streaming_recognizer.StreamingRecognizer` (greedy
+search, one torch thread by default), which computes each chunk's fbank from its own
+samples as training does (App. D.4). Writes ``chunks.csv`` (chunk index, start second,
+cache positions attended by the chunk, cache positions kept after it, milliseconds from
+the chunk's audio to its hypothesis: fbank, encoder, projector, LLM, head, search) and
 ``summary.md``; exits with an error if a chunk attends to more than P + 2A + J positions.
 """
 
@@ -25,10 +27,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import time
+
 import torch
 
 from asr.atomic_io import write_text_atomically
-from llm_ctc.streaming_layout import TICKS_PER_SECOND
+from llm_ctc.streaming_layout import SAMPLE_RATE
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -36,7 +40,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, default=None,
                         help="the training preset (asr.config); without it: the defaults and the overrides")
     parser.add_argument("overrides", nargs="*", help="section.field=value overrides (train.exp_dir=...)")
-    parser.add_argument("--cuts", type=Path, required=True, help="cut manifest with features (test utterances)")
+    parser.add_argument("--cuts", type=Path, required=True, help="cut manifest with audio (test utterances)")
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the concatenated input")
     parser.add_argument("--history", type=int, default=8, help="left history h in seconds")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -70,38 +74,42 @@ def load_streaming_model(config_path: Optional[Path], overrides: Sequence[str]):
 
 
 def long_input(manifest: Path, seconds: float) -> torch.Tensor:
-    """(T, F) features of the manifest's cuts, concatenated up to ``seconds``."""
+    """16 kHz samples (S,) of the manifest's cuts, concatenated up to ``seconds``."""
     from asr.data import load_cuts_lazy
 
-    wanted, parts, frames = int(round(seconds * TICKS_PER_SECOND)), [], 0
+    wanted, parts, samples = int(round(seconds * SAMPLE_RATE)), [], 0
     for cut in load_cuts_lazy(manifest, "--cuts"):
-        features = torch.from_numpy(cut.load_features())
-        parts.append(features)
-        frames += features.shape[0]
-        if frames >= wanted:
+        if cut.sampling_rate != SAMPLE_RATE:
+            raise ValueError(f"--cuts {manifest}: cut {cut.id} has {cut.sampling_rate} Hz audio, not {SAMPLE_RATE}")
+        audio = torch.from_numpy(cut.load_audio()).reshape(-1)
+        parts.append(audio)
+        samples += audio.numel()
+        if samples >= wanted:
             return torch.cat(parts)[:wanted]
-    raise ValueError(f"--cuts {manifest} holds {frames / TICKS_PER_SECOND:.1f} s of features, fewer than "
+    raise ValueError(f"--cuts {manifest} holds {samples / SAMPLE_RATE:.1f} s of audio, fewer than "
                      f"--seconds {seconds:g}")
 
 
-def measure(model, features: torch.Tensor, history: int) -> List[dict]:
+def measure(model, samples: torch.Tensor, history: int) -> List[dict]:
     """One row per chunk: its start, the cache positions it attends to (kept ones and its
-    own 2 T_b), the positions kept after it, and its compute time."""
+    own 2 T_b), the positions kept after it, and the time from its audio to its hypothesis."""
     from llm_ctc.streaming_recognizer import StreamingRecognizer
 
     recognizer = StreamingRecognizer(model.speech_llm, history, model.chunk_seconds)
-    per_chunk = model.chunk_seconds * TICKS_PER_SECOND
+    per_chunk = model.chunk_seconds * SAMPLE_RATE
     rows = []
-    for start in range(0, features.shape[0], per_chunk):
+    for start in range(0, samples.numel(), per_chunk):
         kept_before = recognizer.llm.cache_size
-        results = recognizer.accept_features(features[start:start + per_chunk])
-        if start + per_chunk >= features.shape[0]:
+        began = time.perf_counter()
+        results = recognizer.accept_waveform(samples[start:start + per_chunk])
+        if start + per_chunk >= samples.numel():
             results += recognizer.finish()
-        for result in results:
+        elapsed = time.perf_counter() - began
+        for result in results:  # one chunk of audio in, one chunk recognized
             attended = kept_before + 2 * model.grid.count(result.frames)
-            rows.append({"chunk": result.index, "start_seconds": start / TICKS_PER_SECOND,
+            rows.append({"chunk": result.index, "start_seconds": start / SAMPLE_RATE,
                          "attended_positions": attended, "kept_positions": recognizer.llm.cache_size,
-                         "milliseconds": round(1000 * result.seconds, 2)})
+                         "milliseconds": round(1000 * elapsed, 2)})
     return rows
 
 
@@ -136,11 +144,11 @@ def main(argv: Optional[Sequence[str]] = None) -> List[dict]:
     torch.set_num_threads(args.threads)
     try:
         model, suffix = load_streaming_model(args.config, args.overrides)
-        features = long_input(args.cuts, args.seconds)
+        samples = long_input(args.cuts, args.seconds)
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     with torch.inference_mode():
-        rows = measure(model, features, args.history)
+        rows = measure(model, samples, args.history)
     bound = model.cache_bound(args.history)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     table = io.StringIO()

@@ -5,9 +5,10 @@ Per chunk b: the encoder on the last h seconds of features with the chunk, the
 projector, one LLM forward of [E_b, Q_b] against the KV cache (then eviction), the
 full-head log-probabilities, and one step of the streaming CTC search whose prefixes
 persist across chunks. Audio is cut into chunks and each chunk's features are computed
-from that chunk's samples only (the Zipformer's 80-dim fbank; the Qwen3-ASR frontend
-takes features). Each utterance has its own feature history, KV cache and search
-state: :meth:`StreamingRecognizer.reset` between utterances.
+from that chunk's samples only (:class:`asr.chunk_features.ChunkFbank` with the encoder's
+number of mel bins: the frontend and chunking that training uses with
+``data.feature_chunk_seconds``, App. D.4). Each utterance has its own feature history,
+KV cache and search state: :meth:`StreamingRecognizer.reset` between utterances.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import List
 import torch
 from torch import Tensor
 
+from asr.chunk_features import ChunkFbank
 from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
 from llm_ctc.decoding import METHODS, LLMTokenizer
 from llm_ctc.streaming import CachedStreamingLLM
@@ -49,6 +51,7 @@ class StreamingRecognizer:
         self.method, self.beam, self.token_penalty = method, beam, token_penalty
         self.tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
         self.llm = CachedStreamingLLM(model, history_seconds, streaming_grid(model.config), chunk_seconds)
+        self.frontend = None  # built on the first audio: features-only use needs no lhotse
         self.reset()
 
     def reset(self) -> None:
@@ -87,13 +90,10 @@ class StreamingRecognizer:
             results.append(self._recognize_chunk(chunk))
         return results
 
-    # --- audio (Zipformer fbank) ---------------------------------------------------------
+    # --- audio ---------------------------------------------------------------------
 
     def accept_waveform(self, samples: Tensor) -> List[ChunkResult]:
         """Append 16 kHz mono samples; features are computed per chunk of audio."""
-        if self.model.config.encoder_type != "zipformer":
-            raise ValueError("accept_waveform computes the Zipformer's 80-dim fbank; for "
-                             f"encoder_type {self.model.config.encoder_type!r} feed features (accept_features)")
         self.samples = torch.cat([self.samples, samples.float().reshape(-1)])
         per_chunk = self.chunk_seconds * SAMPLE_RATE
         results = []
@@ -102,12 +102,10 @@ class StreamingRecognizer:
             results += self.accept_features(self._fbank(chunk))
         return results
 
-    @staticmethod
-    def _fbank(samples: Tensor) -> Tensor:
-        from lhotse import Fbank, FbankConfig
-
-        features = Fbank(FbankConfig(num_mel_bins=80)).extract(samples.numpy(), SAMPLE_RATE)
-        return torch.from_numpy(features)
+    def _fbank(self, samples: Tensor) -> Tensor:
+        if self.frontend is None:
+            self.frontend = ChunkFbank(self.model.encoder.feature_dim)
+        return self.frontend(samples)
 
     # --- state ---------------------------------------------------------------------
 

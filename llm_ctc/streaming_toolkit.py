@@ -11,12 +11,14 @@ of all utterances run in parallel; the loss is the utterance-level Pruned CTC ov
 query outputs concatenated in chunk order (eq. 11). In evaluation mode (validation) h is
 ``streaming_max_history``.
 
-What is per chunk: the encoder input (each chunk's window of h seconds of history and the
-chunk, batched as independent sequences), the projector, the mask, the time coordinates.
-What is not: the features are the utterance's fbank sliced at chunk boundaries (the
-data pipeline computes and SpecAugments whole cuts), so a frame whose 25 ms window
-straddles a boundary and SpecAugment's time warp / masks near a boundary see the
-neighbouring chunk's audio; the Zipformer fbank has no normalization to redo per chunk.
+What is per chunk (App. D.4): the features (the data pipeline computes each chunk's fbank
+from that chunk's audio and SpecAugments each chunk on its own: ``data.feature_chunk_seconds``,
+which a streaming run sets to ``model.streaming_chunk_seconds``, :mod:`asr.chunk_features`;
+the same frontend as :class:`llm_ctc.streaming_recognizer.StreamingRecognizer`), the
+encoder input (each chunk's window of h seconds of history and the chunk, batched as
+independent sequences), the projector, the mask, the time coordinates. The model cuts the
+features it is given at every ``streaming_chunk_seconds`` * 100 frames, which are the
+chunk boundaries of those features (a full chunk gives exactly that many frames).
 
 Decoding: ``log_probs`` is the parallel masked computation at h =
 ``streaming_max_history`` (what a chunk-by-chunk decoder with that history computes, in

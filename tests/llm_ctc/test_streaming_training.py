@@ -1,7 +1,8 @@
 """Streaming LLM-CTC through the shared trainer (asr.train with model.streaming=true):
 the history of every step reaches the model, validation runs at the longest history, and
-a resumed run is the uninterrupted one bit for bit. 1-second chunks and histories of 1 or
-2 s, so that the 1.2-2.2 s cuts of the tiny corpus have two or three chunks."""
+a resumed run is the uninterrupted one bit for bit, with features and SpecAugment per
+chunk (App. D.4). 1-second chunks and histories of 1 or 2 s, so that the 1.2-2.2 s cuts
+of the tiny corpus have two or three chunks."""
 
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from references.tiny_llm import tiny_llm_training_arguments
 from llm_ctc.streaming import history_for_step
 
 STREAMING = ["model.streaming=true", "model.readout=query", "model.streaming_chunk_seconds=1",
-             "model.streaming_max_history=2", "model.streaming_seed=4"]
+             "model.streaming_max_history=2", "model.streaming_seed=4", "data.enable_spec_aug=true"]
 
 
 def arguments(corpus, ctc_config, exp_dir: Path, *extra: str) -> List[str]:
@@ -28,20 +29,21 @@ def load(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def uninterrupted(small_training_corpus, ctc_config, tmp_path_factory):
-    """(exp_dir, [(step, h the model used)], the model after the run)."""
+    """(exp_dir, [(step, h the model used)], the model after the run, the first batch)."""
     exp_dir = tmp_path_factory.mktemp("streaming_exp")
-    seen, models = [], []
+    seen, models, batches = [], [], []
 
     def after_step(run, batch, state) -> None:
         seen.append((state.batch_idx_train, run.model.last_history))
         models[:] = [run.model]
+        batches.append(batch)
 
     train(arguments(small_training_corpus, ctc_config, exp_dir), after_step=after_step)
-    return exp_dir, seen, models[0]
+    return exp_dir, seen, models[0], batches[0]
 
 
 def test_each_step_trains_at_its_drawn_history_and_validation_at_the_longest(uninterrupted):
-    exp_dir, seen, model = uninterrupted
+    exp_dir, seen, model, _ = uninterrupted
     assert len(seen) > 4
     assert seen == [(step, history_for_step(4, step, 2)) for step, _ in seen]
     assert {h for _, h in seen} == {1, 2}
@@ -49,9 +51,31 @@ def test_each_step_trains_at_its_drawn_history_and_validation_at_the_longest(uni
     assert load(exp_dir / "epoch-2.pt")["config"]["model"]["streaming"] is True
 
 
+def test_training_batches_hold_per_chunk_features_with_per_chunk_spec_augment(small_training_corpus,
+                                                                              uninterrupted):
+    """The trainer's first batch is AsrDataset's per-chunk features of its cuts, augmented
+    per chunk with the run's seed and epoch (asr.chunk_features; its own tests check the
+    chunks against the fbank of each chunk's samples)."""
+    from lhotse import CutSet
+
+    from asr.config import DataOptions
+    from asr.data import AsrDataset, build_spec_augment, load_cuts_lazy
+
+    exp_dir, _, _, batch = uninterrupted
+    assert load(exp_dir / "epoch-1.pt")["config"]["data"]["feature_chunk_seconds"] == 1
+    by_id = {cut.id: cut for cut in load_cuts_lazy(small_training_corpus["train"])}
+    cuts = CutSet.from_cuts(by_id[cut_id] for cut_id in batch["cut_ids"])
+    dataset = AsrDataset(spec_augment=build_spec_augment(DataOptions()), chunk_seconds=1, seed=42)
+    dataset.set_epoch(1)
+    assert torch.equal(dataset[cuts]["features"], batch["features"])
+    plain = AsrDataset(chunk_seconds=1)[cuts]
+    assert torch.equal(plain["feature_lens"], batch["feature_lens"])
+    assert not torch.equal(plain["features"], batch["features"])
+
+
 def test_resumed_streaming_training_matches_uninterrupted_bit_for_bit(small_training_corpus, ctc_config,
                                                                       uninterrupted, tmp_path):
-    exp_dir, _, _ = uninterrupted
+    exp_dir, _, _, _ = uninterrupted
     assert load(exp_dir / "epoch-1.pt")["batch_idx_train"] > 2  # checkpoint-2.pt is mid-epoch
     for name in ("checkpoint-2.pt", "epoch-1.pt"):
         shutil.copy(exp_dir / name, tmp_path / name)
@@ -71,7 +95,7 @@ def test_asr_decode_writes_streaming_results_per_history(small_training_corpus, 
     ctc-greedy-search, which searches the parallel masked forward at h = 2 s."""
     from asr.decode import main as decode
 
-    exp_dir, _, _ = uninterrupted
+    exp_dir, _, _, _ = uninterrupted
     rates = decode([f"--exp-dir={exp_dir}", "--epoch=2", "--avg=1", "--use-averaged-model=false",
                     f"--test-cuts=train={small_training_corpus['train']}", "--num-workers=0",
                     "--history-seconds", "1", "2", "--token-penalty=0.3",
@@ -94,14 +118,14 @@ def test_asr_decode_writes_streaming_results_per_history(small_training_corpus, 
 
 def test_latency_command_measures_every_chunk_within_the_cache_bound(small_training_corpus, ctc_config,
                                                                       uninterrupted, tmp_path):
-    """8 s of the training cuts' features in 1 s chunks at h = 1 s: from the second chunk
+    """8 s of the training cuts' audio in 1 s chunks at h = 1 s: from the second chunk
     on each chunk attends to the prompt, the 13 kept pairs of the previous chunk and its
     own 13 pairs (P + 2A + J with A = J / 2 = 13, embeddings at 0, 0.08, ..., 0.96 s)."""
     import csv
 
     from llm_ctc.streaming_latency import main as latency
 
-    exp_dir, _, model = uninterrupted
+    exp_dir, _, model, _ = uninterrupted
     rows = latency([*arguments(small_training_corpus, ctc_config, exp_dir),
                     "decode.epoch=2", "decode.avg=1", "decode.use_averaged_model=false",
                     "--cuts", str(small_training_corpus["train"]), "--seconds", "8", "--history", "1",

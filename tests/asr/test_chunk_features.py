@@ -1,0 +1,199 @@
+"""Per-chunk features for streaming models (asr.chunk_features, AsrDataset with
+chunk_seconds; paper App. D.4): each chunk's fbank from its own samples, nothing outside
+the chunk in it, SpecAugment per chunk, seeded as the whole-cut path."""
+
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from lhotse import CutSet, Fbank, FbankConfig, Recording
+
+from asr.chunk_features import ChunkFbank, PerChunkFeatures, chunk_frame_count
+from asr.config import DataOptions
+from asr.data import AsrDataset, build_spec_augment, load_cuts_lazy
+
+SAMPLE_RATE = 16000
+# Four cuts of 1.2-4.6 s: with 1-second chunks, two to five chunks, short last ones.
+CORPUS = {"utt-a": (1.2, "HELLO"), "utt-b": (2.5, "PRUNED CTC"), "utt-c": (3.6, "A SMALL TEST"),
+          "utt-d": (4.6, "QUICK BROWN FOX")}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, make_cut_corpus) -> Dict[str, Path]:
+    return make_cut_corpus(tmp_path_factory.mktemp("chunk_corpus"), train=CORPUS, valid={"utt-a": CORPUS["utt-a"]})
+
+
+@pytest.fixture(scope="module")
+def cuts(corpus) -> CutSet:
+    return CutSet.from_cuts(load_cuts_lazy(corpus["train"])).sort_by_duration(ascending=False)
+
+
+def lhotse_fbank(samples: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(Fbank(FbankConfig(num_mel_bins=80)).extract(samples, SAMPLE_RATE))
+
+
+def wav_samples(cut) -> np.ndarray:
+    """The cut's audio read directly from its wav (not through Lhotse's cut)."""
+    samples, rate = soundfile.read(cut.recording.sources[0].source, dtype="float32")
+    assert rate == SAMPLE_RATE
+    return samples
+
+
+def kaldi_native_fbank(samples: np.ndarray) -> np.ndarray:
+    """kaldi-native-fbank with Lhotse's defaults (frames centred: snip_edges false)."""
+    knf = pytest.importorskip("kaldi_native_fbank")
+    options = knf.FbankOptions()
+    options.frame_opts.samp_freq = SAMPLE_RATE
+    options.frame_opts.dither = 0.0
+    options.frame_opts.snip_edges = False
+    options.mel_opts.num_bins = 80
+    options.mel_opts.low_freq = 20.0
+    options.mel_opts.high_freq = -400.0
+    fbank = knf.OnlineFbank(options)
+    fbank.accept_waveform(SAMPLE_RATE, samples.astype(np.float32).tolist())
+    fbank.input_finished()
+    return np.stack([np.asarray(fbank.get_frame(i)) for i in range(fbank.num_frames_ready)])
+
+
+def test_batch_features_are_each_chunks_own_fbank_concatenated(cuts) -> None:
+    batch = AsrDataset(chunk_seconds=1)[cuts]
+    for index, cut in enumerate(cuts):
+        samples = wav_samples(cut)
+        pieces = [samples[start:start + SAMPLE_RATE] for start in range(0, len(samples), SAMPLE_RATE)]
+        expected = torch.cat([lhotse_fbank(piece) for piece in pieces])
+        assert [chunk_frame_count(len(piece)) for piece in pieces][:-1] == [100] * (len(pieces) - 1)
+        assert int(batch["feature_lens"][index]) == expected.shape[0] == cut.num_frames
+        assert torch.equal(batch["features"][index, :expected.shape[0]], expected)
+        assert not batch["features"][index, expected.shape[0]:].any()
+
+
+def test_chunk_features_differ_from_whole_cut_features_near_boundaries(cuts) -> None:
+    """The test above can fail: slicing the cut's fbank is not the same thing."""
+    cut = cuts[0]
+    per_chunk = AsrDataset(chunk_seconds=1)[CutSet.from_cuts([cut])]["features"][0]
+    whole = lhotse_fbank(wav_samples(cut))
+    assert torch.equal(per_chunk[2:98], whole[2:98])  # windows inside the first chunk
+    assert not torch.equal(per_chunk[99], whole[99])  # its last window reaches into the second
+
+
+def test_audio_outside_a_chunk_leaves_its_features_unchanged(cuts, tmp_path: Path) -> None:
+    cut = cuts[0]
+    samples = wav_samples(cut)
+    louder = samples.copy()
+    louder[SAMPLE_RATE:2 * SAMPLE_RATE] *= 5.0  # only the second 1-second chunk
+    path = tmp_path / "louder.wav"
+    soundfile.write(path, louder, SAMPLE_RATE, subtype="FLOAT")
+    changed = Recording.from_file(path, recording_id="louder").to_cut()
+    original, modified = (PerChunkFeatures(1).cut_features(c) for c in (cut, changed))
+    assert torch.equal(modified[:100], original[:100]) and torch.equal(modified[200:], original[200:])
+    # log-energy scales with the square of the amplitude: log(25) in every bin of the second chunk
+    torch.testing.assert_close(modified[100:200] - original[100:200],
+                               torch.full((100, 80), float(np.log(25.0))), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("length", [80, 100, 139, 200, 239, 240, 900])
+def test_a_short_last_chunk_has_the_kaldi_frames_of_its_own_samples(length: int) -> None:
+    """Lhotse's Fbank refuses fewer than 140 samples; the one frame of a 5-15 ms tail
+    (windows reflected at the chunk's edges) is Kaldi's, as kaldi-native-fbank computes it."""
+    samples = np.random.default_rng(length).normal(scale=0.1, size=length).astype(np.float32)
+    features = ChunkFbank(80)(samples)
+    reference = kaldi_native_fbank(samples)
+    assert features.shape == reference.shape == ((length + 80) // 160, 80)
+    assert np.abs(features.numpy() - reference).max() <= 2e-3  # float32 rounding near the log floor
+
+
+def test_a_tail_under_half_a_hop_has_no_frames() -> None:
+    assert ChunkFbank(80)(np.ones(79, dtype=np.float32)).shape == (0, 80)
+
+
+def test_the_number_of_bins_follows_the_stored_features(cuts) -> None:
+    assert PerChunkFeatures(1).cut_features(cuts[0]).shape[1] == cuts[0].num_features == 80
+    assert ChunkFbank(128)(np.zeros(3200, dtype=np.float32)).shape == (20, 128)
+
+
+def always_spec_augment(**overrides) -> object:
+    spec_augment = build_spec_augment(DataOptions(spec_aug_time_warp_factor=0, **overrides))
+    spec_augment.p = 1.0  # every chunk augmented
+    return spec_augment
+
+
+def masked_frame_runs(augmented: torch.Tensor, plain: torch.Tensor) -> List[tuple]:
+    """(first, last, value) of each run of frames set to one value in every bin."""
+    runs, start = [], None
+    constant = (augmented == augmented[:, :1]).all(dim=1) & (augmented != plain).any(dim=1)
+    for t in range(augmented.shape[0] + 1):
+        inside = t < augmented.shape[0] and bool(constant[t]) and (
+            start is None or float(augmented[t, 0]) == float(augmented[start, 0]))
+        if start is not None and not inside:
+            runs.append((start, t - 1, float(augmented[start, 0])))
+            start = None
+        if start is None and t < augmented.shape[0] and bool(constant[t]):
+            start = t
+    return runs
+
+
+def test_spec_augment_masks_stay_in_their_chunk_and_take_its_mean(cuts) -> None:
+    plain = AsrDataset(chunk_seconds=1)[cuts]
+    augmented = AsrDataset(chunk_seconds=1, spec_augment=always_spec_augment(), seed=3)[cuts]
+    assert torch.equal(augmented["feature_lens"], plain["feature_lens"])
+    runs_seen = 0
+    for index in range(len(cuts)):
+        length = int(plain["feature_lens"][index])
+        clean, masked = plain["features"][index, :length], augmented["features"][index, :length]
+        for first, last, value in masked_frame_runs(masked, clean):
+            chunk = first // 100
+            assert last // 100 == chunk, f"a time mask crosses a chunk boundary: frames {first}-{last}"
+            chunk_mean = clean[100 * chunk:100 * (chunk + 1)].mean()
+            assert value == pytest.approx(float(chunk_mean), abs=1e-5)
+            runs_seen += 1
+    assert runs_seen >= 4
+
+
+def test_spec_augment_draws_other_masks_for_each_chunk(cuts) -> None:
+    """Frequency masks of the 4.6-second cut: each 1-second chunk masks other bins."""
+    cut = CutSet.from_cuts([cuts[0]])
+    plain = AsrDataset(chunk_seconds=1)[cut]["features"][0]
+    augmented = AsrDataset(chunk_seconds=1, spec_augment=always_spec_augment(), seed=5)[cut]["features"][0]
+    # A frequency mask sets a bin to one value over the whole chunk (time masks span <= 15 frames).
+    masked_bins = [tuple(torch.nonzero(((augmented[c:c + 100] == augmented[c:c + 1]).all(dim=0)
+                                        & (augmented[c:c + 100] != plain[c:c + 100]).any(dim=0))).flatten().tolist())
+                   for c in range(0, 400, 100)]
+    assert all(masked_bins) and len(set(masked_bins)) == len(masked_bins)
+
+
+def test_per_chunk_spec_augment_is_reproducible_per_seed_and_epoch(cuts) -> None:
+    def draw(seed: int, epoch: int) -> torch.Tensor:
+        dataset = AsrDataset(chunk_seconds=1, spec_augment=always_spec_augment(), seed=seed)
+        dataset.set_epoch(epoch)
+        return dataset[cuts]["features"]
+
+    torch.manual_seed(0)
+    first = draw(7, 1)
+    torch.manual_seed(1)  # the global generators' state does not matter
+    assert torch.equal(draw(7, 1), first)
+    assert not torch.equal(draw(7, 2), first)
+
+
+def test_musan_noise_is_mixed_into_each_chunks_audio(corpus, cuts) -> None:
+    noise = CutSet.from_cuts(load_cuts_lazy(corpus["musan"]))
+    plain = AsrDataset(chunk_seconds=1)[cuts]
+    mixed = AsrDataset(chunk_seconds=1, noise_cuts=noise, musan_prob=1.0, musan_snr=(10.0, 10.0))[cuts]
+    assert mixed["cut_ids"] == plain["cut_ids"] and torch.equal(mixed["feature_lens"], plain["feature_lens"])
+    for index in range(len(cuts)):
+        length = int(plain["feature_lens"][index])
+        # Noise 10 dB below the speech raises the log-energies of (nearly) every frame.
+        assert (mixed["features"][index, :length] != plain["features"][index, :length]).any(dim=1).all()
+
+
+def test_a_cut_without_audio_is_named(cuts) -> None:
+    cut = cuts[0].drop_recording()
+    with pytest.raises(ValueError, match=f"cut {cut.id} has no recording"):
+        PerChunkFeatures(1).cut_features(cut)
+
+
+def test_chunk_seconds_must_be_whole_positive_seconds() -> None:
+    with pytest.raises(ValueError, match="data.feature_chunk_seconds must be >= 1"):
+        PerChunkFeatures(0)
