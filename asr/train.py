@@ -107,8 +107,8 @@ class Run:
 
 # Called as hook(run, batch, state) after every optimizer update: lets a caller (the DDP
 # tests) observe each rank's batches and weights without changing the loop. ``batch``
-# holds the update's ``cut_ids`` and ``texts`` (of all its microbatches, in order) and
-# ``num_microbatches``.
+# holds the update's ``cut_ids`` and ``texts`` (of all its microbatches, in order),
+# ``num_microbatches`` and the loader's ``microbatches`` themselves.
 StepHook = Callable[[Run, dict, TrainingState], None]
 
 
@@ -271,6 +271,7 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
         run.report.add(loss_sum, frames, audio_seconds, len(batch["texts"]), excluded)
         update_batch["cut_ids"].extend(batch["cut_ids"])
         update_batch["texts"].extend(batch["texts"])
+        update_batch["microbatches"].append(batch)
         if not ends_update:
             continue
         apply_update(run.trainee, update)
@@ -296,7 +297,7 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
 
 
 def new_update_batch() -> dict:
-    return {"cut_ids": [], "texts": [], "num_microbatches": 0}
+    return {"cut_ids": [], "texts": [], "num_microbatches": 0, "microbatches": []}
 
 
 @torch.no_grad()

@@ -61,7 +61,9 @@ def test_training_batches_hold_per_chunk_features_with_per_chunk_spec_augment(sm
     from asr.config import DataOptions
     from asr.data import AsrDataset, build_spec_augment, load_cuts_lazy
 
-    exp_dir, _, _, batch = uninterrupted
+    exp_dir, _, _, update = uninterrupted
+    assert update["num_microbatches"] == 1
+    batch = update["microbatches"][0]
     assert load(exp_dir / "epoch-1.pt")["config"]["data"]["feature_chunk_seconds"] == 1
     by_id = {cut.id: cut for cut in load_cuts_lazy(small_training_corpus["train"])}
     cuts = CutSet.from_cuts(by_id[cut_id] for cut_id in batch["cut_ids"])
