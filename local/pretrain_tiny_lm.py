@@ -22,6 +22,16 @@ together they are one direction the LM has learned to score low, and the blank (
 unused row, App. D.2) starts with their total mass, log c_bl, as in a real LLM, whose
 unused rows are (nearly) identical for the same reason.
 
+The word rows start far apart (``--embedding-std``, 0.1 against Qwen3's 0.02). The grammar
+of a synthetic corpus makes the words of one slot interchangeable (any name, any noun):
+their rows get the same gradients, so training never separates them beyond where they
+started. At Qwen3's 0.02 they stay so close that behind the frozen final norm no hidden
+state can give one of them much more probability than its neighbours (egs/mini: half of
+the 789 tokens at most 0.08), and LLM-CTC, which must name the word it hears through that
+head, deletes them; a real LLM's rows are separated by real text. The log reports, for
+every token, the probability the head gives it at the hidden state that points at its
+own row (a lower bound of what any state can reach).
+
 The result is written with ``save_pretrained`` to a temporary folder that is renamed
 when complete; an existing result is kept (the program says so).
 """
@@ -112,6 +122,21 @@ def reduced_loss(model, batch: List[List[int]], rows: torch.Tensor, row_of: torc
     return torch.nn.functional.cross_entropy(logits, row_of[targets[valid]])
 
 
+def nameable_probability(model, rows: torch.Tensor, unused: torch.Tensor) -> torch.Tensor:
+    """For each used row v: p(v) over the whole head at the final-norm output that points
+    along g * W_v (g the final norm's gain, RMS of the normalized input 1): a lower bound
+    of the largest probability any hidden state can give v through the frozen head."""
+    weight, gain = model.lm_head.weight.detach()[rows], model.model.norm.weight.detach()
+    direction = gain * weight
+    unit = direction / direction.norm(dim=1, keepdim=True) * weight.shape[1] ** 0.5
+    states = gain * unit
+    logits = states @ weight.t()
+    num_unused = model.lm_head.weight.shape[0] - len(rows)
+    if num_unused > 0:
+        logits = torch.cat([logits, (states @ unused.detach() + math.log(num_unused))[:, None]], dim=1)
+    return logits.log_softmax(dim=1).diagonal().exp()
+
+
 def fill_unused_rows(model, rows: torch.Tensor, unused: torch.Tensor) -> None:
     """Write the shared vector into every head row not in ``rows`` (the head is tied to
     the input embedding, so their embeddings too: those tokens never occur)."""
@@ -135,12 +160,16 @@ def main(argv: Sequence[str] = None) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--embedding-std", type=float, default=0.1,
+                        help="standard deviation of the initial (tied) embedding rows")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     for name in ("hidden", "layers", "heads", "epochs", "batch_size"):
         if getattr(args, name) < 1:
             raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.embedding_std > 0:
+        raise SystemExit(f"ERROR: --embedding-std must be > 0, got {args.embedding_std}")
     if args.hidden % args.heads:
         raise SystemExit(f"ERROR: --hidden {args.hidden} must be a multiple of --heads {args.heads}")
     if (args.out_dir / "config.json").is_file():
@@ -159,6 +188,8 @@ def main(argv: Sequence[str] = None) -> None:
     torch.manual_seed(args.seed)
     # The head of every Qwen3 size has 151,936 rows: more than the tokenizer's 151,669.
     model = tiny_qwen3(args, vocab_size=151_936).train()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.normal_(0.0, args.embedding_std)  # tied: the head's rows
     logging.info("tiny Qwen3: %d layers, width %d, %d parameters; %d transcripts, %d distinct tokens",
                  args.layers, args.hidden, sum(p.numel() for p in model.parameters()), len(texts), len(rows))
     # Starts as an ordinary random row; trained as the one vector of all unused rows.
@@ -178,6 +209,11 @@ def main(argv: Sequence[str] = None) -> None:
             if step % 50 == 0 or step == steps:
                 logging.info("epoch %d, step %d/%d: loss %.3f per token (%.0f s)", epoch, step, steps, loss.item(),
                              time.monotonic() - started)
+    with torch.no_grad():
+        nameable = nameable_probability(model, rows, unused).sort().values
+    logging.info("probability the head can give each of the %d tokens (lower bound): min %.3f, "
+                 "10%% %.3f, median %.3f", len(rows), nameable[0], nameable[len(rows) // 10],
+                 nameable[len(rows) // 2])
     fill_unused_rows(model, rows, unused)
     scratch = args.out_dir.with_name(args.out_dir.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)

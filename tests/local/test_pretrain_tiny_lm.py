@@ -1,5 +1,6 @@
 """local.pretrain_tiny_lm: the loss it minimizes is the full-head cross-entropy of the
-model it saves (reference: dense cross-entropy over every head row)."""
+model it saves (reference: dense cross-entropy over every head row), and the probability
+it reports each token can reach is the dense softmax at the state it names."""
 
 import argparse
 
@@ -55,3 +56,22 @@ def test_unused_rows_share_one_vector_and_used_rows_keep_theirs():
     used[rows] = True
     assert torch.equal(weight[used], before[used])
     assert torch.equal(weight[~used], unused.detach().expand(int((~used).sum()), -1))
+
+
+def test_nameable_probability_is_the_dense_softmax_at_the_row_aligned_state():
+    from local.pretrain_tiny_lm import nameable_probability
+
+    model, _, rows, _, unused = tiny_setup()
+    with torch.no_grad():
+        model.model.norm.weight.uniform_(0.5, 2.0)
+    fill_unused_rows(model, rows, unused)
+    found = nameable_probability(model, rows, unused)
+    weight = model.lm_head.weight.detach().double()
+    gain = model.model.norm.weight.detach().double()
+    for index, row in enumerate(rows.tolist()):
+        # The final norm's output for an input x is gain * x / rms(x): take x along gain * W_row.
+        x = gain * weight[row]
+        state = gain * x / x.pow(2).mean().sqrt()
+        expected = torch.softmax(weight @ state, dim=0)[row]
+        assert float(found[index]) == pytest.approx(float(expected), rel=1e-4)
+
