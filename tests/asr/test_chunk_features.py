@@ -14,6 +14,7 @@ from lhotse import CutSet, Fbank, FbankConfig, Recording
 from asr.chunk_features import ChunkFbank, PerChunkFeatures, chunk_frame_count
 from asr.config import DataOptions
 from asr.data import AsrDataset, build_spec_augment, load_cuts_lazy
+from references.kaldi_fbank import kaldi_native_fbank
 
 SAMPLE_RATE = 16000
 # Four cuts of 1.2-4.6 s: with 1-second chunks, two to five chunks, short last ones.
@@ -40,22 +41,6 @@ def wav_samples(cut) -> np.ndarray:
     samples, rate = soundfile.read(cut.recording.sources[0].source, dtype="float32")
     assert rate == SAMPLE_RATE
     return samples
-
-
-def kaldi_native_fbank(samples: np.ndarray) -> np.ndarray:
-    """kaldi-native-fbank with Lhotse's defaults (frames centred: snip_edges false)."""
-    knf = pytest.importorskip("kaldi_native_fbank")
-    options = knf.FbankOptions()
-    options.frame_opts.samp_freq = SAMPLE_RATE
-    options.frame_opts.dither = 0.0
-    options.frame_opts.snip_edges = False
-    options.mel_opts.num_bins = 80
-    options.mel_opts.low_freq = 20.0
-    options.mel_opts.high_freq = -400.0
-    fbank = knf.OnlineFbank(options)
-    fbank.accept_waveform(SAMPLE_RATE, samples.astype(np.float32).tolist())
-    fbank.input_finished()
-    return np.stack([np.asarray(fbank.get_frame(i)) for i in range(fbank.num_frames_ready)])
 
 
 def test_batch_features_are_each_chunks_own_fbank_concatenated(cuts) -> None:
