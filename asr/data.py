@@ -2,7 +2,7 @@
 
 A batch (from :class:`AsrDataset`) is a dict::
 
-    features     float32 (N, T, 80)  log-mel fbank, padded at the end
+    features     float32 (N, T, F)  log-mel fbank (F = 80, or 128 for the LLM encoders), padded at the end
     feature_lens int64   (N,)        valid frames of each utterance (10 ms frames)
     texts        list[str]           transcripts
     cut_ids      list[str]
@@ -252,6 +252,7 @@ def build_train_dataloader(
                 f"musan_cuts: MUSAN cut manifest not found: {musan_path} (set enable_musan: false to train without it)"
             )
         noise_cuts = load_manifest(musan_path)
+        _check_noise_cuts(noise_cuts, musan_path, options)
     dataset = AsrDataset(
         on_the_fly_feats=options.on_the_fly_feats,
         noise_cuts=noise_cuts,
@@ -276,6 +277,42 @@ def build_train_dataloader(
     cut_filter.reset()
     loader = _map_style_loader(dataset, sampler, options)
     return TrainData(loader=loader, sampler=sampler, dataset=dataset, cut_filter=cut_filter)
+
+
+def _check_noise_cuts(noise_cuts: CutSet, musan_path: Path, options: DataOptions) -> None:
+    """Refuse MUSAN cuts that cannot be mixed into ``options.train_cuts``, naming both files.
+
+    Mixed in the feature domain (precomputed features), the noise needs features with the
+    training features' bin count (80 for the Zipformer recipes, 128 for the LLM encoders of
+    App. D.3-D.4); mixed into the audio (on-the-fly or per-chunk features) it needs audio.
+    Lhotse would otherwise fail deep inside a data worker, or not at all for a mismatch
+    that broadcasts.
+    """
+    first_noise = next(iter(noise_cuts), None)
+    if first_noise is None:
+        raise ValueError(f"musan_cuts: {musan_path} holds no cuts")
+    if options.on_the_fly_feats or options.feature_chunk_seconds:
+        if not first_noise.has_recording:
+            raise ValueError(
+                f"musan_cuts: {musan_path} has no audio (cut {first_noise.id!r}), but the noise is mixed "
+                f"into the audio when features are computed on the fly or per chunk "
+                f"(data.on_the_fly_feats / data.feature_chunk_seconds): give MUSAN cuts with recordings"
+            )
+        return
+    first_train = next(iter(load_cuts_lazy(options.train_cuts, "train_cuts")), None)
+    if first_train is None or not first_train.has_features:
+        return  # an empty set or one without features fails with its own message later
+    if not first_noise.has_features:
+        raise ValueError(
+            f"musan_cuts: {musan_path} has no features (cut {first_noise.id!r}); the noise is mixed in the "
+            f"feature domain: compute MUSAN fbank with the training features' {first_train.num_features} bins"
+        )
+    if first_noise.num_features != first_train.num_features:
+        raise ValueError(
+            f"musan_cuts: {musan_path} has {first_noise.num_features}-bin features but train_cuts "
+            f"{options.train_cuts} has {first_train.num_features}-bin features; compute MUSAN fbank with "
+            f"{first_train.num_features} bins (e.g. python -m local.musan --num-mel-bins {first_train.num_features})"
+        )
 
 
 def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: int = 0) -> DataLoader:

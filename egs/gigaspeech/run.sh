@@ -272,7 +272,8 @@ if [ "$stop_stage" -ge 30 ] && [ "$stage" -le 34 ]; then
   table5_settings=(model.llm="$table5_model" model.encoder_path="$table5_model"
     model.projector_hidden="$table5_projector_hidden"
     data.train_cuts="$table5_fbank_dir/gigaspeech_${train_subset}_split/gigaspeech_cuts_$train_subset.[0-9]*.jsonl.gz"
-    data.valid_cuts="$table5_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz")
+    data.valid_cuts="$table5_fbank_dir/gigaspeech_cuts_${eval_subsets%% *}.jsonl.gz"
+    data.musan_cuts="$table5_fbank_dir/musan_cuts.jsonl.gz")
   table5_decode_args=$decode_args
 fi
 

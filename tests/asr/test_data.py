@@ -6,7 +6,7 @@ from typing import Dict, List
 
 import pytest
 import torch
-from lhotse import CutSet
+from lhotse import CutSet, Fbank, FbankConfig, LilcomChunkyWriter
 
 from asr.config import build_section
 from asr.cut_filters import TrainingCutFilter, is_alignable, num_adjacent_repeats
@@ -283,6 +283,45 @@ def test_musan_mixing_changes_features_and_keeps_ids(corpus: Dict[str, Path]) ->
     assert not torch.allclose(mixed["features"], plain["features"])
     never = AsrDataset(noise_cuts=noise, musan_prob=0.0)[cuts]
     torch.testing.assert_close(never["features"], plain["features"])
+
+
+def test_musan_features_of_another_bin_count_or_without_audio_are_refused(
+    corpus: Dict[str, Path], tmp_path: Path
+) -> None:
+    tokenizer = CharTokenizer(corpus["tokens"])
+    noise = CutSet.from_cuts(load_cuts_lazy(corpus["musan"])).drop_features()
+    wide = noise.compute_and_store_features(
+        extractor=Fbank(FbankConfig(num_mel_bins=128)), storage_path=tmp_path / "feats128",
+        storage_type=LilcomChunkyWriter, num_jobs=1,
+    )
+    wide.to_file(tmp_path / "musan128.jsonl.gz")
+    with pytest.raises(ValueError, match=r"musan_cuts: .*musan128.jsonl.gz has 128-bin features but train_cuts "
+                                         r".* has 80-bin features; .*--num-mel-bins 80"):
+        build_train_dataloader(
+            options_for(corpus, enable_musan=True, musan_cuts=str(tmp_path / "musan128.jsonl.gz")),
+            tokenizer, encoder_output_lengths,
+        )
+    # Mixed into the audio (per-chunk features), the bin count does not matter but audio does.
+    build_train_dataloader(
+        options_for(corpus, enable_musan=True, musan_cuts=str(tmp_path / "musan128.jsonl.gz"),
+                    feature_chunk_seconds=2),
+        tokenizer, encoder_output_lengths,
+    )
+    CutSet.from_cuts(load_cuts_lazy(corpus["musan"])).drop_recordings().to_file(tmp_path / "no_audio.jsonl.gz")
+    noise.to_file(tmp_path / "no_features.jsonl.gz")
+    with pytest.raises(ValueError, match=r"musan_cuts: .*no_audio.jsonl.gz has no audio"):
+        build_train_dataloader(
+            options_for(corpus, enable_musan=True, musan_cuts=str(tmp_path / "no_audio.jsonl.gz"),
+                        feature_chunk_seconds=2),
+            tokenizer, encoder_output_lengths,
+        )
+    with pytest.raises(ValueError, match=r"musan_cuts: .*no_features.jsonl.gz has no features"):
+        build_train_dataloader(
+            options_for(corpus, enable_musan=True, musan_cuts=str(tmp_path / "no_features.jsonl.gz")),
+            tokenizer, encoder_output_lengths,
+        )
+    # The matching 80-bin noise of the corpus passes.
+    build_train_dataloader(options_for(corpus, enable_musan=True), tokenizer, encoder_output_lengths)
 
 
 def test_missing_manifest_and_unknown_option_are_named(tmp_path: Path, corpus: Dict[str, Path]) -> None:

@@ -71,6 +71,10 @@ def _features_128(recipe: Path) -> None:
             cuts = CutSet.from_cuts(cut.drop_features() for cut in load_manifest(source))
             storage = str(target).replace(".jsonl.gz", "")
             cuts.compute_and_store_features(extractor, storage_path=storage).to_file(target)
+        # MUSAN at 128 bins too, by the recipe's own stage-20 code (Table 5 trains with MUSAN).
+        from local.musan import compute_musan_fbank
+
+        compute_musan_fbank(Path("data/manifests"), Path("data/fbank128"), num_mel_bins=128)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +129,8 @@ def test_both_models_keep_the_papers_settings(recipe, tiny_qwen3_asr, mode):
     assert (model["lora_rank"], model["lora_dropout"]) == (4, 0.05)  # rank from the test's overrides
     assert saved["decode"]["token_penalty"] == 0.7 and saved["decode"]["beam"] == 4
     assert "data/fbank128/gigaspeech_XL_split" in saved["data"]["train_cuts"]
+    # App. D.2/D.4 train with MUSAN: the 128-bin noise of stage 20, mixed per chunk when streaming.
+    assert saved["data"]["enable_musan"] and saved["data"]["musan_cuts"] == "data/fbank128/musan_cuts.jsonl.gz"
 
 
 @pytest.mark.parametrize("mode, keys", [("offline", [OFFLINE_KEY]), ("streaming", STREAMING_KEYS)])
