@@ -60,6 +60,7 @@ from asr.train_helpers import (
     ProgressReport,
     all_reduce_sum,
     autocast_context,
+    keep_gradient_strides,
     make_grad_scaler,
     setup_distributed,
 )
@@ -150,6 +151,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     trained_model: torch.nn.Module = model
     if dist.world_size > 1:
         device_ids = [dist.local_rank] if dist.device.type == "cuda" else None
+        keep_gradient_strides(model)
         trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
         if options.zero1:
             optimizer = zero1_optimizer(optimizer, scheduler)

@@ -16,6 +16,20 @@ import torch.distributed as dist
 from asr.logs import format_duration
 
 
+def keep_gradient_strides(model: torch.nn.Module) -> None:
+    """Make every parameter's gradient arrive with the parameter's own strides.
+
+    Channels-last convolutions (the Zipformer's depthwise and pointwise ones) return
+    weight gradients whose size-1 dimensions carry other strides; DDP then copies each into
+    its bucket and warns ("Grad strides do not match bucket view strides"). The copy is
+    made here instead, for those few small tensors only."""
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            parameter.register_hook(lambda grad, strides=parameter.stride(): grad
+                                    if grad.stride() == strides
+                                    else grad.new_empty_strided(grad.shape, strides).copy_(grad))
+
+
 @dataclass
 class Distributed:
     """Where this process runs: its rank among ``world_size`` and its device."""

@@ -90,7 +90,9 @@ def depthwise_conv_time_major(conv: nn.Conv1d, x: Tensor) -> Tensor:
     image = x.transpose(1, 2).unsqueeze(2)  # (N, C, 1, T), channel stride 1
     if not image.is_contiguous(memory_format=torch.channels_last):
         image = image.contiguous(memory_format=torch.channels_last)
-    out = F.conv2d(image, conv.weight.unsqueeze(2), conv.bias, padding=(0, conv.padding[0]),
+    # unsqueeze(1), not (2): the weight gradient then comes back with the parameter's own
+    # strides (DDP copies a gradient whose strides differ from its bucket view's, and warns).
+    out = F.conv2d(image, conv.weight.unsqueeze(1), conv.bias, padding=(0, conv.padding[0]),
                    groups=conv.groups)
     return out.squeeze(2).transpose(1, 2)
 

@@ -8,6 +8,8 @@ the global batch index, the cut ids of the microbatches this rank trained on and
 number, its summed loss and a copy of every trainable model parameter.
 """
 
+import faulthandler
+import signal
 import sys
 from typing import Any, Dict, List
 
@@ -36,4 +38,7 @@ def record_steps(record_path: str, overrides: List[str]) -> None:
 
 
 if __name__ == "__main__":
+    # The launcher sends SIGUSR1 before killing a rank that overran its time: every
+    # thread's stack then lands in this rank's log.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     record_steps(sys.argv[1], sys.argv[2:])

@@ -3,6 +3,7 @@ each runs tests/asr/ddp_rank.py with torchrun's environment variables and record
 its steps (tests/asr/test_ddp.py, tests/llm_ctc/test_zero1_training.py)."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -63,7 +64,12 @@ def run_ranks(port: int, overrides: List[str], records: List[Path], log_dir: Pat
         elif time.monotonic() > deadline:
             failure = f"timed out after {timeout:.0f} s"
         if failure:
-            for p in processes:
+            stuck = [p for p in processes if p.poll() is None]
+            if failure.startswith("timed out"):
+                for p in stuck:  # each rank dumps its threads' stacks into its log
+                    p.send_signal(signal.SIGUSR1)
+                time.sleep(2.0)
+            for p in stuck:
                 if p.poll() is None:
                     p.kill()
             break

@@ -32,3 +32,12 @@ def test_depthwise_conv_time_major_takes_a_non_contiguous_input():
     x = torch.randn(20, 2, 8, dtype=torch.float64).transpose(0, 1)  # (2, 20, 8), strided
     reference = conv(x.transpose(1, 2)).transpose(1, 2)
     torch.testing.assert_close(depthwise_conv_time_major(conv, x), reference, rtol=1e-12, atol=1e-12)
+
+
+def test_depthwise_conv_time_major_weight_gradient_has_the_parameters_strides():
+    # DDP's gradient layout contract: a gradient whose strides differ from the parameter's
+    # (even on its size-1 dimension) is copied into the bucket, with a warning.
+    conv = torch.nn.Conv1d(8, 8, 5, padding=2, groups=8)
+    depthwise_conv_time_major(conv, torch.randn(2, 20, 8)).sum().backward()
+    assert conv.weight.grad.stride() == conv.weight.stride()
+    assert conv.bias.grad.stride() == conv.bias.stride()
