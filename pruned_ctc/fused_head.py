@@ -91,20 +91,23 @@ def fused_pass(frames: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
                       out=selected_probs[start:stop]).exp_()
         # w p_v on the columns outside U; U's columns are added after the DP.
         logits.index_fill_(1, selected_classes, 0.0)
+        # Each row's factor w / sum is applied to the (r, D) sides of the products, not to
+        # the (r, V) block: one pass over the block fewer.
         scale = (inverse_total * row_weights[start:stop].to(normalizer_dtype)).to(frames.dtype)
-        dense = logits.mul_(scale.unsqueeze(1))
+        terms = logits
         if grad_frames is not None:
-            torch.mm(dense, weight, out=grad_frames[start:stop])
+            torch.mm(terms, weight, out=grad_frames[start:stop]).mul_(scale.unsqueeze(1))
         if grad_weight is not None:
+            scaled_frames = block_frames * scale.unsqueeze(1)
             if start == 0:
-                torch.mm(dense.t(), block_frames, out=grad_weight)
+                torch.mm(terms.t(), scaled_frames, out=grad_weight)
             else:
-                grad_weight.addmm_(dense.t(), block_frames)
+                grad_weight.addmm_(terms.t(), scaled_frames)
         if grad_bias is not None:
             if start == 0:
-                torch.sum(dense, dim=0, out=grad_bias)
+                torch.mv(terms.t(), scale, out=grad_bias)
             else:
-                grad_bias += dense.sum(dim=0)
+                grad_bias.addmv_(terms.t(), scale)
     return FusedPass(selected_log_probs, selected_probs, grad_frames, grad_weight, grad_bias)
 
 
