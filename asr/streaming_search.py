@@ -16,7 +16,7 @@ are kept per beam slot and extended after each chunk from that chunk's back-poin
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Sequence
 
 import numba
 import numpy as np
@@ -53,7 +53,11 @@ class StreamingGreedySearch:
 
     def advance(self, log_probs: torch.Tensor) -> List[int]:
         """Feed one chunk's (T, V) log-probabilities; returns the tokens emitted by it."""
-        best = _chunk_array(log_probs, self.blank_id).argmax(axis=1).tolist()
+        return self.advance_labels(_chunk_array(log_probs, self.blank_id).argmax(axis=1).tolist())
+
+    def advance_labels(self, best: Sequence[int]) -> List[int]:
+        """Feed one chunk's best label per frame (as the argmax of its log-probabilities,
+        e.g. from the logits without a log-softmax); returns the tokens emitted by it."""
         emitted = []
         for label in best:
             if label != self.blank_id and label != self.previous:

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from asr.chunk_features import ChunkFbank
 from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
-from llm_ctc.decoding import METHODS, LLMTokenizer
+from llm_ctc.decoding import METHODS, LLMTokenizer, head_argmax
 from llm_ctc.streaming import CachedStreamingLLM
 from llm_ctc.streaming_encoder import chunk_embeddings, make_window, streaming_grid
 from llm_ctc.streaming_layout import SAMPLE_RATE, TICKS_PER_SECOND
@@ -125,8 +125,13 @@ class StreamingRecognizer:
         with torch.no_grad():
             speech = chunk_embeddings(model, [window], [chunk.shape[0]])[0]
             states = self.llm.step(speech, chunk.shape[0])
-            log_probs = model.log_probs_of_states(states)
-        self.search.advance(log_probs)
+            if self.method == "ctc-greedy-search":
+                # The argmax of the logits is the argmax of the log-probabilities: no (T, V)
+                # log-softmax (as the offline greedy search, llm_ctc.decoding).
+                labels = head_argmax(states, model.head_weight, model.head_bias(), model.config.head_chunk_size)
+                self.search.advance_labels(labels.tolist())
+            else:
+                self.search.advance(model.log_probs_of_states(states))
         keep = self.history * TICKS_PER_SECOND
         self.past = torch.cat([history, chunk])[-keep:]
         result = ChunkResult(self.chunk_index, chunk.shape[0], self.text, self.tokens,

@@ -72,6 +72,19 @@ def test_greedy_over_chunks_equals_offline(sizes):
         assert search.best() == offline == emitted
 
 
+@pytest.mark.parametrize("sizes", CHUNKINGS)
+def test_greedy_fed_labels_equals_offline(sizes):
+    # advance_labels takes each frame's best label (the argmax of logits, no log-softmax).
+    for seed in range(6):
+        log_probs = random_log_probs(seed, vocab=3, scale=0.5)
+        offline = ctc_greedy_search(log_probs[None], torch.tensor([40]), blank_id=1)[0]
+        search = StreamingGreedySearch(blank_id=1)
+        emitted = []
+        for chunk in chunks_of(log_probs, sizes):
+            emitted += search.advance_labels(chunk.argmax(dim=1).tolist())
+        assert search.best() == offline == emitted
+
+
 def test_greedy_collapses_a_repeat_across_the_boundary_only_without_blank():
     search = StreamingGreedySearch(blank_id=0)
     one_hot = lambda labels: torch.nn.functional.one_hot(torch.tensor(labels), 3).double()  # noqa: E731
