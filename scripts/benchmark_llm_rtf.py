@@ -46,46 +46,13 @@ from pathlib import Path
 import torch
 
 from benchmark_support import provenance_lines, synchronize, write_csv, write_text
-from llm_analysis_support import (add_input_arguments, add_model_arguments, batch_of, build_model,
-                                  load_utterances, model_description)
+from llm_analysis_support import add_input_arguments, add_model_arguments, load_utterances, model_description
+from llm_rtf_support import (add_precision_arguments, build_systems, precision_description, recognize_ce,
+                             recognize_ctc, recognize_ctc_by_log_softmax)
 
 # The paper's RTFs (size: LLM-CE, LLM-CTC), SPEAR-Qwen3 on GigaSpeech test, H100.
 PAPER = {"0.6B": (0.0724, 0.0099), "1.7B": (0.0732, 0.0102), "4B": (0.0944, 0.0109),
          "8B": (0.0963, 0.0111), "14B": (0.1014, 0.0121), "32B": (0.1546, 0.0150)}
-
-
-def check_same_parts(ctc_model, ce_model) -> None:
-    """The two systems must time the same encoder, projector, LLM and head."""
-    ce_state = ce_model.state_dict()
-    for name, tensor in ctc_model.state_dict().items():
-        if name in ce_state and not torch.equal(tensor, ce_state[name]):
-            raise RuntimeError(f"LLM-CTC and LLM-CE differ in {name}: not the same model")
-
-
-def recognize_ctc(model, utterance, device: str) -> tuple[str, int]:
-    from llm_ctc.decoding import recognize
-
-    features, lengths = batch_of([utterance])
-    _, texts = recognize(model, features.to(device), lengths.to(device))
-    return texts[0], 0
-
-
-def recognize_ctc_by_log_softmax(model, utterance, device: str) -> tuple[str, int]:
-    """The greedy path before the argmax one: (T, V) log-probabilities, then search."""
-    from llm_ctc.decoding import LLMTokenizer, search
-
-    features, lengths = batch_of([utterance])
-    log_probs, frames = model.ctc_log_probs(features.to(device), lengths.to(device))
-    ids = search(log_probs, frames, model.blank_id)
-    tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
-    return tokenizer.decode_batch(ids)[0], 0
-
-
-def recognize_ce(model, utterance, device: str, token_limit: int) -> tuple[str, int]:
-    features, lengths = batch_of([utterance])
-    model.config.max_new_tokens = token_limit
-    (ids,) = model.generate(features.to(device), lengths.to(device))
-    return model.decode_ids(ids), len(ids)
 
 
 def timed_pass(recognize, utterances, device: str) -> tuple[float, list[int]]:
@@ -116,7 +83,7 @@ def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
         "LLM-CTC": lambda u: recognize_ctc(ctc_model, u, args.device),
         "LLM-CE": lambda u: recognize_ce(ce_model, u, args.device, limits[u.cut_id]),
     }
-    with torch.no_grad():
+    with torch.inference_mode():
         if args.compare_log_softmax:
             systems[LOG_SOFTMAX_SYSTEM] = lambda u: recognize_ctc_by_log_softmax(ctc_model, u, args.device)
             same = [recognize_ctc(ctc_model, u, args.device)[0] == systems[LOG_SOFTMAX_SYSTEM](u)[0]
@@ -163,7 +130,7 @@ def write_results(args, result, elapsed: float) -> None:
     stopped_early = sum(g < e for g, e in zip(result["generated"], result["expected"]))
     lines = ["# LLM-CTC against LLM-CE: real-time factor on the same model (paper App. D.3 protocol)", "",
              *provenance_lines(args.device), "",
-             f"Model: {model_description(args)}; FP32 weights. Inputs: {args.input_description}, "
+             f"Model: {model_description(args)}; {precision_description(args)}. Inputs: {args.input_description}, "
              f"{result['audio']:.1f} s of audio, after {args.warmup} warm-up utterances; batch 1, "
              f"{args.threads} torch thread(s), greedy; {args.passes} passes per system, alternating. "
              f"LLM-CE generated {sum(result['generated']):,} tokens in the last pass, |y_n| + 1 steps per "
@@ -200,6 +167,7 @@ def parse_args(argv=None):
     parser.add_argument("--compare-log-softmax", action="store_true",
                         help="also time LLM-CTC greedy through the (T, V) log-softmax (the path before the argmax)")
     add_model_arguments(parser)
+    add_precision_arguments(parser)
     args = parser.parse_args(argv)
     for name in ("utterances", "passes", "threads"):
         if getattr(args, name) < 1:
@@ -225,10 +193,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         work_dir = args.work_dir or Path(scratch)
         work_dir.mkdir(parents=True, exist_ok=True)
-        ctc_model = build_model(args, work_dir, args.seed).to(args.device)
-        ce_model = build_model(args, work_dir, args.seed, objective="ce", tokenizer=ctc_model.tokenizer)
-        ce_model = ce_model.to(args.device)
-        check_same_parts(ctc_model, ce_model)
+        ctc_model, ce_model = build_systems(args, work_dir)
         result = measure(args, ctc_model, ce_model, utterances, warmup)
     write_results(args, result, time.perf_counter() - started)
     print((args.output_dir / f"results_{args.device}.md").read_text())

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Where LLM-CTC's and LLM-CE's recognition time goes, per component, on the model and at
+the settings of benchmark_llm_rtf.py (paper App. D.3: batch 1, one CPU thread, greedy).
+
+Each component's forward is wrapped with a wall-clock timer (inclusive times; the
+decoder layers' attention and MLP are nested in the layers, the layers in the LLM call):
+encoder, projector, LLM prefill, LLM decode steps (LLM-CE), the head (LLM-CTC's block-wise
+argmax over T_n frames; LLM-CE's last-position logits per step), log-softmax + argmax of a
+step, CTC collapse, detokenization. "Other" is the utterance's total minus the timed
+components: Python, sequence building, readout gather, transformers' mask and cache
+bookkeeping outside the layers.
+
+Alongside, the memory-bound floor of one decode step: the bytes of every weight a step
+reads (decoder layers and the head) over the bandwidth of a one-thread matrix-vector
+product measured here on the same head.
+
+    python scripts/profile_llm_rtf.py --cuts .../librispeech_cuts_test-clean.jsonl.gz \\
+        --utterances 16 --warmup 4 --output-dir benchmarks/llm_rtf
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import time
+from pathlib import Path
+from typing import Callable, Dict
+
+import torch
+
+from benchmark_support import provenance_lines, write_text
+from llm_analysis_support import add_input_arguments, add_model_arguments, load_utterances, model_description
+from llm_rtf_support import (add_precision_arguments, build_systems, precision_description, recognize_ce,
+                             recognize_ctc)
+
+
+class Timers:
+    """Inclusive wall-clock seconds and call counts per component name."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = collections.defaultdict(float)
+        self.calls: Dict[str, int] = collections.defaultdict(int)
+        self.phase = ""  # "prefill" or "step": which LLM call the layers belong to
+
+    def wrap(self, name: Callable[..., str], function: Callable) -> Callable:
+        def timed(*arguments, **options):
+            started = time.perf_counter()
+            result = function(*arguments, **options)
+            key = name(*arguments, **options)
+            self.seconds[key] += time.perf_counter() - started
+            self.calls[key] += 1
+            return result
+
+        return timed
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+def instrument(model, timers: Timers, system: str) -> None:
+    """Timers around the parts of one model (instance attributes: the other model is untouched)."""
+    fixed = lambda label: (lambda *a, **k: label)  # noqa: E731
+    model.encoder.forward = timers.wrap(fixed("encoder"), model.encoder.forward)
+    model.projector.forward = timers.wrap(fixed("projector"), model.projector.forward)
+    llm_forward = model.llm.forward
+
+    def llm_call(*arguments, **options):
+        embeds = options.get("inputs_embeds")
+        timers.phase = "prefill" if embeds is None or embeds.shape[1] > 1 else "step"
+        return llm_forward(*arguments, **options)
+
+    model.llm.forward = timers.wrap(lambda *a, **k: f"LLM {timers.phase}", llm_call)
+    for layer in model.llm.layers:
+        layer.forward = timers.wrap(lambda *a, **k: f"LLM {timers.phase}: decoder layers", layer.forward)
+        layer.self_attn.forward = timers.wrap(lambda *a, **k: f"LLM {timers.phase}: attention",
+                                              layer.self_attn.forward)
+        layer.mlp.forward = timers.wrap(lambda *a, **k: f"LLM {timers.phase}: MLP", layer.mlp.forward)
+    if system == "LLM-CE":
+        model.head_logits = timers.wrap(lambda *a, **k: f"head ({timers.phase})", model.head_logits)
+        model.decode_ids = timers.wrap(fixed("detokenize"), model.decode_ids)
+
+
+def instrument_modules(timers: Timers) -> None:
+    """Module-level functions the two decoding paths look up at call time."""
+    import llm_ctc.decoding as decoding
+    import llm_ctc.generation as generation
+
+    decoding.head_argmax = timers.wrap(lambda *a, **k: "head argmax (block-wise, T_n frames)", decoding.head_argmax)
+    decoding.ctc_collapse = timers.wrap(lambda *a, **k: "CTC collapse", decoding.ctc_collapse)
+    decoding.LLMTokenizer.decode_batch = timers.wrap(lambda *a, **k: "detokenize",
+                                                     decoding.LLMTokenizer.decode_batch)
+    generation._last_log_probs = timers.wrap(lambda *a, **k: f"head + log-softmax + argmax ({timers.phase})",
+                                             generation._last_log_probs)
+
+
+def weight_bytes(module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def gemv_bandwidth(weight: torch.Tensor, repeats: int = 5) -> float:
+    """Bytes per second of ``x @ weight.T`` for one row (the memory-bound decode step's kernel)."""
+    inputs = torch.randn(1, weight.shape[1], dtype=weight.dtype)
+    inputs @ weight.t()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        inputs @ weight.t()
+        times.append(time.perf_counter() - started)
+    return weight.numel() * weight.element_size() / sorted(times)[repeats // 2]
+
+
+COMPONENTS = {
+    "LLM-CTC": ["encoder", "projector", "LLM prefill", "head argmax (block-wise, T_n frames)", "CTC collapse",
+                "detokenize"],
+    "LLM-CE": ["encoder", "projector", "LLM prefill", "head + log-softmax + argmax (prefill)", "LLM step",
+               "head + log-softmax + argmax (step)", "detokenize"],
+}
+NESTED = ["LLM prefill: decoder layers", "LLM prefill: attention", "LLM prefill: MLP", "LLM step: decoder layers",
+          "LLM step: attention", "LLM step: MLP", "head (prefill)", "head (step)"]
+
+
+def profile(args, ctc_model, ce_model, utterances, warmup) -> dict:
+    timers = Timers()
+    instrument(ctc_model, timers, "LLM-CTC")
+    instrument(ce_model, timers, "LLM-CE")
+    instrument_modules(timers)
+    limits = {u.cut_id: len(t) + 1 for u, t in zip(utterances + warmup,
+                                                 ce_model.encode_texts([u.text for u in utterances + warmup]))}
+    systems = {"LLM-CTC": lambda u: recognize_ctc(ctc_model, u, args.device),
+               "LLM-CE": lambda u: recognize_ce(ce_model, u, args.device, limits[u.cut_id])}
+    results = {}
+    for name, recognize in systems.items():
+        for utterance in warmup:
+            recognize(utterance)
+        timers.reset()
+        load = os.getloadavg()[0]
+        total, steps = 0.0, 0
+        for utterance in utterances:
+            started = time.perf_counter()
+            _, generated = recognize(utterance)
+            total += time.perf_counter() - started
+            steps += generated
+        results[name] = dict(seconds=dict(timers.seconds), calls=dict(timers.calls), total=total,
+                             load=(load, os.getloadavg()[0]), generated=steps)
+        print(f"{name}: {total:.2f} s for {len(utterances)} utterances (load {load:.2f})", flush=True)
+    head = ce_model.lm_head.weight
+    results["floor"] = dict(layer_bytes=weight_bytes(ce_model.llm.layers), head_bytes=head.numel() * head.element_size(),
+                            head_bandwidth=gemv_bandwidth(head))
+    layer = ce_model.llm.layers[0]
+    weights = [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    results["floor"]["layer_bandwidth"] = sum(w.numel() * w.element_size() for w in weights) / sum(
+        w.numel() * w.element_size() / gemv_bandwidth(w) for w in weights)
+    return results
+
+
+def table(result: dict, system: str, count: int, audio: float) -> list:
+    seconds, calls = result["seconds"], result["calls"]
+    lines = [f"### {system}: {1000 * result['total'] / count:.1f} ms per utterance, RTF "
+             f"{result['total'] / audio:.4f} (1-minute load {result['load'][0]:.2f}-{result['load'][1]:.2f})", "",
+             "| component | ms per utterance | share | calls per utterance |", "|---|---|---|---|"]
+    accounted = 0.0
+    for name in COMPONENTS[system]:
+        value = seconds.get(name, 0.0)
+        accounted += value
+        lines.append(f"| {name} | {1000 * value / count:.1f} | {100 * value / result['total']:.1f}% | "
+                     f"{calls.get(name, 0) / count:.1f} |")
+    for name in NESTED:
+        if name in seconds:
+            lines.append(f"| &nbsp;&nbsp;of which {name} | {1000 * seconds[name] / count:.1f} | "
+                         f"{100 * seconds[name] / result['total']:.1f}% | {calls[name] / count:.1f} |")
+    other = result["total"] - accounted
+    lines.append(f"| other (Python, sequence building, readout gather, template) | {1000 * other / count:.1f} | "
+                 f"{100 * other / result['total']:.1f}% | |")
+    return lines
+
+
+def write_report(args, results: dict, utterances, elapsed: float) -> Path:
+    count, audio = len(utterances), sum(u.duration for u in utterances)
+    floor = results["floor"]
+    ce = results["LLM-CE"]
+    steps = ce["calls"].get("LLM step", 0)
+    lines = ["# LLM-CTC and LLM-CE: where the recognition time goes (one CPU thread)", "",
+             *provenance_lines(args.device), "",
+             f"Model: {model_description(args)}; {precision_description(args)}. Inputs: {count} "
+             f"{args.input_description} utterances ({audio:.1f} s of audio) after {len(args.warmup_ids)} warm-up ones; batch 1; "
+             f"LLM-CE limited to |y_n| + 1 steps ({ce['generated']} tokens generated). Inclusive wall-clock "
+             f"timers around each component; wall time {elapsed:.0f} s.", ""]
+    for system in ("LLM-CTC", "LLM-CE"):
+        lines += table(results[system], system, count, audio) + [""]
+    if steps:
+        step_ms = 1000 * ce["seconds"]["LLM step"] / steps
+        head_ms = 1000 * ce["seconds"].get("head + log-softmax + argmax (step)", 0.0) / steps
+        layer_floor = 1000 * floor["layer_bytes"] / floor["layer_bandwidth"]
+        head_floor = 1000 * floor["head_bytes"] / floor["head_bandwidth"]
+        lines += ["### LLM-CE decode step against its memory-bound floor", "",
+                  f"Per step: LLM {step_ms:.1f} ms (decoder layers {1000 * ce['seconds'].get('LLM step: decoder layers', 0) / steps:.1f} ms), "
+                  f"head + log-softmax + argmax {head_ms:.1f} ms. Floor: the layers' weights "
+                  f"({floor['layer_bytes'] / 1e6:.0f} MB) at the one-thread matrix-vector bandwidth of their own "
+                  f"linears ({floor['layer_bandwidth'] / 1e9:.1f} GB/s): {layer_floor:.1f} ms; the head "
+                  f"({floor['head_bytes'] / 1e6:.0f} MB) at {floor['head_bandwidth'] / 1e9:.1f} GB/s: {head_floor:.1f} ms.", ""]
+    path = args.output_dir / f"profile_{args.device}.md"
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    write_text("\n".join(lines) + "\n", path)
+    return path
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_arguments(parser)
+    parser.add_argument("--utterances", type=int, default=16, help="profiled utterances (after the warm-up ones)")
+    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/llm_rtf"))
+    add_model_arguments(parser)
+    add_precision_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.utterances < 1 or args.warmup < 0 or args.threads < 1:
+        parser.error("--utterances and --threads must be >= 1, --warmup >= 0")
+    return args
+
+
+def main(argv=None) -> None:
+    import sys
+    import tempfile
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    manifest = None if args.synthesized else args.cuts
+    everything = load_utterances(manifest, args.warmup + args.utterances, seed=args.seed)
+    warmup, utterances = everything[:args.warmup], everything[args.warmup:]
+    if not utterances:
+        raise SystemExit(f"--cuts: {manifest} has {len(everything)} utterances, fewer than --warmup + 1")
+    args.warmup_ids = [u.cut_id for u in warmup]
+    args.input_description = "synthesized" if manifest is None else f"{manifest.name}"
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        work_dir = args.work_dir or Path(scratch)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        ctc_model, ce_model = build_systems(args, work_dir)
+        with torch.inference_mode():
+            results = profile(args, ctc_model, ce_model, utterances, warmup)
+    path = write_report(args, results, utterances, time.perf_counter() - started)
+    print(path.read_text())
+
+
+if __name__ == "__main__":
+    main()
