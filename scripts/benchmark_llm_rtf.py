@@ -55,25 +55,43 @@ PAPER = {"0.6B": (0.0724, 0.0099), "1.7B": (0.0732, 0.0102), "4B": (0.0944, 0.01
          "8B": (0.0963, 0.0111), "14B": (0.1014, 0.0121), "32B": (0.1546, 0.0150)}
 
 
-def timed_pass(recognize, utterances, device: str) -> tuple[float, list[int]]:
-    """Seconds of recognition over the utterances, one at a time, and generated lengths."""
+def timed_pass(recognize, utterances, device: str) -> tuple[float, list[int], list[str]]:
+    """Seconds of recognition over the utterances, one at a time, generated lengths, texts."""
     return timed_passes([recognize], utterances, device)[0]
 
 
-def timed_passes(systems, utterances, device: str) -> list[tuple[float, list[int]]]:
+def timed_passes(systems, utterances, device: str) -> list[tuple[float, list[int], list[str]]]:
     """:func:`timed_pass` of each system, the systems taking turns on every utterance (in
     rotated order, so that none always runs first)."""
-    totals, lengths = [0.0] * len(systems), [[] for _ in systems]
+    totals, lengths, texts = [0.0] * len(systems), [[] for _ in systems], [[] for _ in systems]
     for index, utterance in enumerate(utterances):
         for turn in range(len(systems)):
             which = (index + turn) % len(systems)
             synchronize(device)
             started = time.perf_counter()
-            _, generated = systems[which](utterance)
+            text, generated = systems[which](utterance)
             synchronize(device)
             totals[which] += time.perf_counter() - started
             lengths[which].append(generated)
-    return list(zip(totals, lengths))
+            texts[which].append(text)
+    return list(zip(totals, lengths, texts))
+
+
+def screen_agreement(args, ctc_model, ce_model, systems, utterances) -> dict:
+    """Utterances whose hypothesis is the same with the exact float32 argmax as with the
+    screened one (both systems; the screen must not change a single id)."""
+    hypotheses = {name: [systems[name](u)[0] for u in utterances] for name in ("LLM-CTC", "LLM-CE")}
+    for model in (ctc_model, ce_model):
+        model.config.screened_argmax = False
+    try:
+        same = {name: sum(systems[name](u)[0] == h for u, h in zip(utterances, hypotheses[name]))
+                for name in hypotheses}
+    finally:
+        for model in (ctc_model, ce_model):
+            model.config.screened_argmax = True
+    if any(count != len(utterances) for count in same.values()):
+        raise RuntimeError(f"the screened argmax changed hypotheses: {same} of {len(utterances)} the same")
+    return same
 
 
 def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
@@ -90,12 +108,14 @@ def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
                     for u in warmup + utterances]
             if not all(same):
                 raise RuntimeError(f"greedy by argmax and by log-softmax differ on {same.count(False)} utterances")
+        screened = (screen_agreement(args, ctc_model, ce_model, systems, warmup + utterances)
+                    if args.argmax == "screened" else None)
         for name, recognize in systems.items():
             timed_pass(recognize, warmup, args.device)
             print(f"{name}: {len(warmup)} warm-up utterances done", flush=True)
         audio = sum(u.duration for u in utterances)
         passes = {name: [] for name in systems}
-        generated = []
+        generated, hypotheses = [], {}
         for index in range(args.passes):
             # The two greedy paths of LLM-CTC are timed utterance by utterance in turn (one
             # pass of each), so that a shared machine's load reaches both alike.
@@ -104,14 +124,16 @@ def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
             for names in rounds:
                 load = os.getloadavg()[0]
                 timings = timed_passes([systems[name] for name in names], utterances, args.device)
-                for name, (seconds, lengths) in zip(names, timings):
+                for name, (seconds, lengths, texts) in zip(names, timings):
+                    hypotheses[name] = texts
                     passes[name].append(dict(system=name, pass_index=index + 1, seconds=seconds, audio_seconds=audio,
                                              rtf=seconds / audio, load_start=load, load_end=os.getloadavg()[0]))
                     if name == "LLM-CE":
                         generated = lengths
                     print(f"pass {index + 1} {name}: RTF {seconds / audio:.4f} (load {load:.2f})", flush=True)
     expected = [limits[u.cut_id] - 1 for u in utterances]
-    return dict(passes=passes, audio=audio, generated=generated, expected=expected)
+    return dict(passes=passes, audio=audio, generated=generated, expected=expected, hypotheses=hypotheses,
+                screened=screened, cut_ids=[u.cut_id for u in utterances])
 
 
 LOG_SOFTMAX_SYSTEM = "LLM-CTC, log-softmax greedy"
@@ -124,8 +146,9 @@ def write_results(args, result, elapsed: float) -> None:
     rows = [row for name in passes for row in passes[name]]
     rows += [dict(system=name, pass_index="median", rtf=value) for name, value in median.items()]
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    suffix = args.device
+    suffix = args.device + (f"_{args.label}" if args.label else "")
     write_csv(rows, args.output_dir / f"rtf_{suffix}.csv")
+    write_hypotheses(result, args.output_dir / f"hypotheses_{suffix}.tsv")
     loads = [f"{p['load_start']:.2f}-{p['load_end']:.2f}" for name in passes for p in passes[name]]
     stopped_early = sum(g < e for g, e in zip(result["generated"], result["expected"]))
     lines = ["# LLM-CTC against LLM-CE: real-time factor on the same model (paper App. D.3 protocol)", "",
@@ -149,11 +172,47 @@ def write_results(args, result, elapsed: float) -> None:
                       f"({LOG_SOFTMAX_SYSTEM}; the same hypotheses on every utterance, the two timed in turn "
                       f"on each utterance): {100 * abs(saved):.1f}% {'less' if saved >= 0 else 'more'} time "
                       f"(median RTFs {median['LLM-CTC']:.4f} vs {median[LOG_SOFTMAX_SYSTEM]:.4f})."]
+    if result["screened"]:
+        total = args.warmup + len(result["cut_ids"])
+        lines += ["", "Greedy argmax screened by a BF16 product against the exact float32 argmax: the same "
+                      "hypotheses on " + ", ".join(f"{count} of {total} utterances ({name})"
+                                                   for name, count in result["screened"].items()) + "."]
+    if args.reference_hypotheses:
+        lines += ["", compare_hypotheses(result, args.reference_hypotheses)]
     lines += ["", "Paper (SPEAR-Qwen3 on GigaSpeech test, H100, BF16 LLM, FP32 head):", "",
               "| Qwen3 | LLM-CE RTF | LLM-CTC RTF | speed-up |", "|---|---|---|---|"]
     for size, (ce, ctc) in PAPER.items():
         lines.append(f"| {size} | {ce:.4f} | {ctc:.4f} | {ce / ctc:.1f}x |")
     write_text("\n".join(lines) + "\n", args.output_dir / f"results_{suffix}.md")
+
+
+def write_hypotheses(result, path: Path) -> None:
+    """cut id, system, text of the last timed pass (tab-separated)."""
+    rows = [f"{cut}\t{name}\t{text}" for name, texts in result["hypotheses"].items()
+            for cut, text in zip(result["cut_ids"], texts)]
+    write_text("cut_id\tsystem\ttext\n" + "\n".join(rows) + "\n", path)
+
+
+def read_hypotheses(path: Path) -> dict:
+    if not path.is_file():
+        raise SystemExit(f"--reference-hypotheses: {path} does not exist (a hypotheses_*.tsv of an earlier run)")
+    with open(path) as handle:
+        header = handle.readline().rstrip("\n").split("\t")
+        if header != ["cut_id", "system", "text"]:
+            raise SystemExit(f"--reference-hypotheses: {path} has columns {header}, expected cut_id, system, text")
+        return {tuple(line.rstrip("\n").split("\t")[:2]): line.rstrip("\n").split("\t", 2)[2] for line in handle}
+
+
+def compare_hypotheses(result, path: Path) -> str:
+    """How many utterances' hypotheses differ from those of another run (another precision)."""
+    reference = read_hypotheses(path)
+    parts = []
+    for name, texts in result["hypotheses"].items():
+        pairs = [(reference.get((cut, name)), text) for cut, text in zip(result["cut_ids"], texts)]
+        missing = sum(r is None for r, _ in pairs)
+        differ = sum(r is not None and r != t for r, t in pairs)
+        parts.append(f"{name}: {differ} of {len(pairs) - missing} differ" + (f" ({missing} not in it)" if missing else ""))
+    return f"Hypotheses against {path.name}: " + "; ".join(parts) + "."
 
 
 def parse_args(argv=None):
@@ -166,6 +225,9 @@ def parse_args(argv=None):
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/llm_rtf"))
     parser.add_argument("--compare-log-softmax", action="store_true",
                         help="also time LLM-CTC greedy through the (T, V) log-softmax (the path before the argmax)")
+    parser.add_argument("--label", default="", help="suffix of the output files (results_cpu_LABEL.md...)")
+    parser.add_argument("--reference-hypotheses", type=Path, default=None,
+                        help="hypotheses_*.tsv of another run: count the utterances whose hypotheses differ")
     add_model_arguments(parser)
     add_precision_arguments(parser)
     args = parser.parse_args(argv)
@@ -196,7 +258,7 @@ def main(argv=None) -> None:
         ctc_model, ce_model = build_systems(args, work_dir)
         result = measure(args, ctc_model, ce_model, utterances, warmup)
     write_results(args, result, time.perf_counter() - started)
-    print((args.output_dir / f"results_{args.device}.md").read_text())
+    print((args.output_dir / f"results_{args.device}{'_' + args.label if args.label else ''}.md").read_text())
 
 
 if __name__ == "__main__":

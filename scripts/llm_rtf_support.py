@@ -19,7 +19,7 @@ from torch import nn
 from llm_analysis_support import batch_of, build_model
 
 PAPER_PRECISION = dict(llm_dtype="bfloat16", head_dtype="float32", encoder_autocast="bfloat16",
-                       attn_implementation="sdpa")
+                       attn_implementation="sdpa", argmax="screened")
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +34,9 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
                         help="encoder and projector under CPU/CUDA autocast (App. D.3: BF16 mixed precision)")
     parser.add_argument("--attn-implementation", default=PAPER_PRECISION["attn_implementation"],
                         choices=["sdpa", "eager"], help="the LLM's attention (transformers)")
+    parser.add_argument("--argmax", default=PAPER_PRECISION["argmax"], choices=["screened", "exact"],
+                        help="greedy's float32 head argmax (both systems): through a BF16 product first "
+                             "(llm_ctc/head_argmax.py; the same ids) or float32 products of every block")
 
 
 def precision_description(args) -> str:
@@ -41,7 +44,9 @@ def precision_description(args) -> str:
     encoder = ("encoder/projector under BF16 autocast" if args.encoder_autocast == "bfloat16"
                else "encoder/projector FP32")
     llm = "BF16" if args.llm_dtype == "bfloat16" else "FP32"
-    return f"LLM weights {llm}, {head}, {encoder}, attention '{args.attn_implementation}'"
+    argmax = ("greedy argmax of the FP32 head screened by a BF16 product (same ids)" if args.argmax == "screened"
+              else "greedy argmax of the FP32 head block by block")
+    return f"LLM weights {llm}, {head}, {encoder}, attention '{args.attn_implementation}', {argmax}"
 
 
 def under_autocast(module: nn.Module, device: str, dtype: torch.dtype) -> None:
@@ -69,6 +74,7 @@ def use_float32_head(model: nn.Module) -> None:
 
 
 def apply_precision(model: nn.Module, args) -> nn.Module:
+    model.config.screened_argmax = args.argmax == "screened"
     if args.head_dtype == "float32":
         use_float32_head(model)
     if args.encoder_autocast != "none":

@@ -78,7 +78,6 @@ def instrument(model, timers: Timers, system: str) -> None:
                                               layer.self_attn.forward)
         layer.mlp.forward = timers.wrap(lambda *a, **k: f"LLM {timers.phase}: MLP", layer.mlp.forward)
     if system == "LLM-CE":
-        model.head_logits = timers.wrap(lambda *a, **k: f"head ({timers.phase})", model.head_logits)
         model.decode_ids = timers.wrap(fixed("detokenize"), model.decode_ids)
 
 
@@ -91,34 +90,35 @@ def instrument_modules(timers: Timers) -> None:
     decoding.ctc_collapse = timers.wrap(lambda *a, **k: "CTC collapse", decoding.ctc_collapse)
     decoding.LLMTokenizer.decode_batch = timers.wrap(lambda *a, **k: "detokenize",
                                                      decoding.LLMTokenizer.decode_batch)
-    generation._last_log_probs = timers.wrap(lambda *a, **k: f"head + log-softmax + argmax ({timers.phase})",
-                                             generation._last_log_probs)
+    generation._last_argmax = timers.wrap(lambda *a, **k: f"head argmax ({timers.phase})", generation._last_argmax)
 
 
-def weight_bytes(module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters())
-
-
-def gemv_bandwidth(weight: torch.Tensor, repeats: int = 5) -> float:
-    """Bytes per second of ``x @ weight.T`` for one row (the memory-bound decode step's kernel)."""
-    inputs = torch.randn(1, weight.shape[1], dtype=weight.dtype)
-    inputs @ weight.t()
+def median_seconds(function, repeats: int = 5) -> float:
+    function()
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        inputs @ weight.t()
+        function()
         times.append(time.perf_counter() - started)
-    return weight.numel() * weight.element_size() / sorted(times)[repeats // 2]
+    return sorted(times)[repeats // 2]
+
+
+def matrix_vector_floor(weights) -> tuple:
+    """(bytes, seconds) of one-row products with each weight in turn, as one decode step
+    reads them (together larger than the caches, so memory-bound)."""
+    inputs = [torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights]
+    seconds = median_seconds(lambda: [x @ w.t() for x, w in zip(inputs, weights)])
+    return sum(w.numel() * w.element_size() for w in weights), seconds
 
 
 COMPONENTS = {
     "LLM-CTC": ["encoder", "projector", "LLM prefill", "head argmax (block-wise, T_n frames)", "CTC collapse",
                 "detokenize"],
-    "LLM-CE": ["encoder", "projector", "LLM prefill", "head + log-softmax + argmax (prefill)", "LLM step",
-               "head + log-softmax + argmax (step)", "detokenize"],
+    "LLM-CE": ["encoder", "projector", "LLM prefill", "head argmax (prefill)", "LLM step", "head argmax (step)",
+               "detokenize"],
 }
 NESTED = ["LLM prefill: decoder layers", "LLM prefill: attention", "LLM prefill: MLP", "LLM step: decoder layers",
-          "LLM step: attention", "LLM step: MLP", "head (prefill)", "head (step)"]
+          "LLM step: attention", "LLM step: MLP"]
 
 
 def profile(args, ctc_model, ce_model, utterances, warmup) -> dict:
@@ -145,13 +145,12 @@ def profile(args, ctc_model, ce_model, utterances, warmup) -> dict:
         results[name] = dict(seconds=dict(timers.seconds), calls=dict(timers.calls), total=total,
                              load=(load, os.getloadavg()[0]), generated=steps)
         print(f"{name}: {total:.2f} s for {len(utterances)} utterances (load {load:.2f})", flush=True)
+    from llm_ctc.head_argmax import bfloat16_screen
+
+    linears = [m.weight for m in ce_model.llm.layers.modules() if isinstance(m, torch.nn.Linear)]
     head = ce_model.lm_head.weight
-    results["floor"] = dict(layer_bytes=weight_bytes(ce_model.llm.layers), head_bytes=head.numel() * head.element_size(),
-                            head_bandwidth=gemv_bandwidth(head))
-    layer = ce_model.llm.layers[0]
-    weights = [m.weight for m in layer.modules() if isinstance(m, torch.nn.Linear)]
-    results["floor"]["layer_bandwidth"] = sum(w.numel() * w.element_size() for w in weights) / sum(
-        w.numel() * w.element_size() / gemv_bandwidth(w) for w in weights)
+    results["floor"] = dict(layers=matrix_vector_floor(linears), head=matrix_vector_floor([head]),
+                            head_bf16=matrix_vector_floor([bfloat16_screen(head)[0]]))
     return results
 
 
@@ -191,15 +190,16 @@ def write_report(args, results: dict, utterances, elapsed: float) -> Path:
         lines += table(results[system], system, count, audio) + [""]
     if steps:
         step_ms = 1000 * ce["seconds"]["LLM step"] / steps
-        head_ms = 1000 * ce["seconds"].get("head + log-softmax + argmax (step)", 0.0) / steps
-        layer_floor = 1000 * floor["layer_bytes"] / floor["layer_bandwidth"]
-        head_floor = 1000 * floor["head_bytes"] / floor["head_bandwidth"]
+        head_ms = 1000 * ce["seconds"].get("head argmax (step)", 0.0) / steps
+        (layer_bytes, layer_s), (head_bytes, head_s), (low_bytes, low_s) = (
+            floor["layers"], floor["head"], floor["head_bf16"])
         lines += ["### LLM-CE decode step against its memory-bound floor", "",
-                  f"Per step: LLM {step_ms:.1f} ms (decoder layers {1000 * ce['seconds'].get('LLM step: decoder layers', 0) / steps:.1f} ms), "
-                  f"head + log-softmax + argmax {head_ms:.1f} ms. Floor: the layers' weights "
-                  f"({floor['layer_bytes'] / 1e6:.0f} MB) at the one-thread matrix-vector bandwidth of their own "
-                  f"linears ({floor['layer_bandwidth'] / 1e9:.1f} GB/s): {layer_floor:.1f} ms; the head "
-                  f"({floor['head_bytes'] / 1e6:.0f} MB) at {floor['head_bandwidth'] / 1e9:.1f} GB/s: {head_floor:.1f} ms.", ""]
+                  f"Per step: LLM {step_ms:.1f} ms (decoder layers "
+                  f"{1000 * ce['seconds'].get('LLM step: decoder layers', 0) / steps:.1f} ms), head argmax "
+                  f"{head_ms:.1f} ms. Floor, one-row products reading each weight once: the decoder layers' "
+                  f"linears ({layer_bytes / 1e6:.0f} MB) {1000 * layer_s:.1f} ms ({layer_bytes / layer_s / 1e9:.1f} GB/s); "
+                  f"the FP32 head ({head_bytes / 1e6:.0f} MB) {1000 * head_s:.1f} ms ({head_bytes / head_s / 1e9:.1f} GB/s); "
+                  f"its BF16 screen ({low_bytes / 1e6:.0f} MB) {1000 * low_s:.1f} ms ({low_bytes / low_s / 1e9:.1f} GB/s).", ""]
     path = args.output_dir / f"profile_{args.device}.md"
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_text("\n".join(lines) + "\n", path)
