@@ -8,8 +8,9 @@ head, then collapse), ``--warmup`` utterances (32) before timing, then three tim
 over the same utterances in the same order; a pass's RTF is its total recognition time
 over the total audio duration, and the median of the three is reported. Timed per
 utterance: the prepared fbank moved to the device, encoder, projector, LLM, LLM head and
-detokenization (synchronized at both ends on CUDA). The passes of the two systems
-alternate (CTC, CE, CTC, CE...) so that a change of load on a shared machine reaches both.
+detokenization (synchronized at both ends on CUDA). The systems take turns on every
+utterance (in rotated order) within each pass, so that a change of load on a shared machine
+reaches both alike (``--interleave pass``: whole passes in turn).
 
 Both systems share every part: one randomly initialized model from configuration
 (``--hidden-size``, ``--layers``...: the Qwen3 LM with its full 151,936 x D head, a
@@ -20,18 +21,24 @@ tokens (its reference transcript's Qwen3 tokens and EOS): exactly the steps, hea
 and cache updates of a trained model that emits the reference. Generated lengths are
 recorded.
 
-LLM-CTC's greedy search takes each frame's argmax of the head's logits, block by block,
-without the (T, V) log-softmax (``llm_ctc.decoding.recognize``). ``--compare-log-softmax``
-also times the former path (full-head log-probabilities, then argmax) as a third system,
-the two LLM-CTC paths taking turns on every utterance, so that the saving is measured
-under the same load.
+Precision (App. D.3 "SPEAR-Qwen3 timing settings", the defaults, the same for both
+systems; llm_rtf_support.py): LLM weights BF16, the head a resident FP32 copy of its
+weights, encoder and projector under BF16 autocast, attention 'sdpa'. Greedy search in
+both systems takes the argmax of the FP32 head's logits without a log-softmax (LLM-CTC:
+every frame, ``llm_ctc.decoding.recognize``; LLM-CE: every step), by default screened by a
+BF16 product (``--argmax screened``, llm_ctc/head_argmax.py: the same ids as the FP32
+product, which the run checks on every utterance of both systems).
+``--compare-log-softmax`` also times LLM-CTC's former path (full-head log-probabilities,
+then argmax) as a third system and checks it gives the same hypotheses.
+``--reference-hypotheses`` counts the utterances whose hypotheses differ from another
+run's (e.g. FP32 weights).
 
 Paper (H100, BF16 LLM, FP32 head, SPEAR-XLarge encoder): LLM-CTC 7.2-10.3x faster than
 LLM-CE from Qwen3-0.6B to 32B.
 
-The committed CPU results:
-    python scripts/benchmark_llm_rtf.py --cuts /path/to/egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
-        --utterances 64 --output-dir benchmarks/llm_rtf
+The committed CPU results (benchmarks/llm_rtf/README.md lists the extra rows' commands):
+    python scripts/benchmark_llm_rtf.py --cuts egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
+        --utterances 32 --compare-log-softmax --output-dir benchmarks/llm_rtf
 """
 
 from __future__ import annotations
@@ -109,7 +116,7 @@ def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
             if not all(same):
                 raise RuntimeError(f"greedy by argmax and by log-softmax differ on {same.count(False)} utterances")
         screened = (screen_agreement(args, ctc_model, ce_model, systems, warmup + utterances)
-                    if args.argmax == "screened" else None)
+                    if args.argmax == "screened" and args.check_screen else None)
         for name, recognize in systems.items():
             timed_pass(recognize, warmup, args.device)
             print(f"{name}: {len(warmup)} warm-up utterances done", flush=True)
@@ -117,10 +124,14 @@ def measure(args, ctc_model, ce_model, utterances, warmup) -> dict:
         passes = {name: [] for name in systems}
         generated, hypotheses = [], {}
         for index in range(args.passes):
-            # The two greedy paths of LLM-CTC are timed utterance by utterance in turn (one
-            # pass of each), so that a shared machine's load reaches both alike.
-            rounds = ([("LLM-CTC", LOG_SOFTMAX_SYSTEM), ("LLM-CE",)] if args.compare_log_softmax
-                      else [(name,) for name in systems])
+            # The systems take turns on every utterance (one pass of each), so that a shared
+            # machine's changing load reaches all of them alike; --interleave pass runs whole
+            # passes one after the other instead.
+            if args.interleave == "utterance":
+                rounds = [tuple(systems)]
+            else:
+                rounds = ([("LLM-CTC", LOG_SOFTMAX_SYSTEM), ("LLM-CE",)] if args.compare_log_softmax
+                          else [(name,) for name in systems])
             for names in rounds:
                 load = os.getloadavg()[0]
                 timings = timed_passes([systems[name] for name in names], utterances, args.device)
@@ -155,7 +166,8 @@ def write_results(args, result, elapsed: float) -> None:
              *provenance_lines(args.device), "",
              f"Model: {model_description(args)}; {precision_description(args)}. Inputs: {args.input_description}, "
              f"{result['audio']:.1f} s of audio, after {args.warmup} warm-up utterances; batch 1, "
-             f"{args.threads} torch thread(s), greedy; {args.passes} passes per system, alternating. "
+             f"{args.threads} torch thread(s), greedy; {args.passes} passes per system, the systems taking turns "
+             f"{'on every utterance' if args.interleave == 'utterance' else 'pass by pass'}. "
              f"LLM-CE generated {sum(result['generated']):,} tokens in the last pass, |y_n| + 1 steps per "
              f"utterance, the last where a trained model emits EOS (references: "
              f"{sum(result['expected']):,} tokens; {stopped_early} utterances stopped at an EOS before "
@@ -218,13 +230,17 @@ def compare_hypotheses(result, path: Path) -> str:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(parser)
-    parser.add_argument("--utterances", type=int, default=64, help="timed utterances (after the warm-up ones)")
+    parser.add_argument("--utterances", type=int, default=32, help="timed utterances (after the warm-up ones)")
     parser.add_argument("--warmup", type=int, default=32, help="warm-up utterances (App. D.3: 32)")
     parser.add_argument("--passes", type=int, default=3, help="timed passes per system (App. D.3: 3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/llm_rtf"))
     parser.add_argument("--compare-log-softmax", action="store_true",
                         help="also time LLM-CTC greedy through the (T, V) log-softmax (the path before the argmax)")
+    parser.add_argument("--no-check-screen", dest="check_screen", action="store_false",
+                        help="skip decoding every utterance with the exact argmax too (the screened one's check)")
+    parser.add_argument("--interleave", default="utterance", choices=["utterance", "pass"],
+                        help="the systems take turns on every utterance, or pass by pass")
     parser.add_argument("--label", default="", help="suffix of the output files (results_cpu_LABEL.md...)")
     parser.add_argument("--reference-hypotheses", type=Path, default=None,
                         help="hypotheses_*.tsv of another run: count the utterances whose hypotheses differ")
