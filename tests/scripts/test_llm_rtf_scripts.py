@@ -116,3 +116,31 @@ def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_pat
         parts = sum(float(r["seconds"]) for (s, name), r in rows.items()
                     if s == system and name in ("encoder", "projector", "LLM prefill", "LLM step", "detokenize"))
         assert 0 < parts <= total
+
+
+def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, scripts):
+    from asr.scoring import compute_error_stats
+    from llm_ctc.checkpoint import save_model_checkpoint
+    from llm_ctc.decoding import recognize
+
+    args = argparse.Namespace(**TINY)
+    model = scripts.support.build_model(args, tmp_path / "models", seed=0)
+    checkpoint = save_model_checkpoint(tmp_path / "llm.pt", model)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+                       HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    completed = subprocess.run([sys.executable, str(SCRIPTS / "llm_precision_agreement.py"), "--checkpoint",
+                                str(checkpoint), "--entry", "trainable", "--synthesized", "--utterances", "3",
+                                "--output", str(tmp_path / "report.md")], capture_output=True, text=True,
+                               timeout=600, env=environment)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = (tmp_path / "report.md").read_text()
+    # The FP32 row: the same model decoded here, scored by the toolkit's own scoring.
+    results = []
+    for utterance in scripts.support.synthesized_utterances(3, seed=0):
+        features, lengths = scripts.support.batch_of([utterance])
+        text = recognize(model, features, lengths)[1][0]
+        results.append((utterance.cut_id, utterance.text.lower().split(), text.split()))
+    stats = compute_error_stats(results)
+    wer = 100 * (stats.insertions + stats.deletions + stats.substitutions) / stats.reference_length
+    assert f"| as trained (FP32) | {wer:.2f}% |" in report
+    assert "utterances' hypotheses differ" in report
