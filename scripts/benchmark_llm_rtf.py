@@ -225,7 +225,8 @@ def compare_hypotheses(result, path: Path) -> str:
         pairs = [(reference.get((cut, name)), text) for cut, text in zip(result["cut_ids"], texts)]
         missing = sum(r is None for r, _ in pairs)
         differ = sum(r is not None and r != t for r, t in pairs)
-        parts.append(f"{name}: {differ} of {len(pairs) - missing} differ" + (f" ({missing} not in it)" if missing else ""))
+        parts.append(f"{name}: {differ} of {len(pairs) - missing} differ"
+                     + (f" ({missing} not in it)" if missing else ""))
     return f"Hypotheses against {path.name}: " + "; ".join(parts) + "."
 
 

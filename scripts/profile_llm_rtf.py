@@ -5,8 +5,8 @@ the settings of benchmark_llm_rtf.py (paper App. D.3: batch 1, one CPU thread, g
 Each component's forward is wrapped with a wall-clock timer (inclusive times; the
 decoder layers' attention and MLP are nested in the layers, the layers in the LLM call):
 encoder, projector, LLM prefill, LLM decode steps (LLM-CE), the head (LLM-CTC's block-wise
-argmax over T_n frames; LLM-CE's last-position logits per step), log-softmax + argmax of a
-step, CTC collapse, detokenization. "Other" is the utterance's total minus the timed
+argmax over T_n frames; LLM-CE's argmax of the last position's logits per step), CTC
+collapse, detokenization. "Other" is the utterance's total minus the timed
 components: Python, sequence building, readout gather, transformers' mask and cache
 bookkeeping outside the layers.
 
@@ -186,8 +186,8 @@ def write_report(args, results: dict, utterances, elapsed: float) -> Path:
     lines = ["# LLM-CTC and LLM-CE: where the recognition time goes (one CPU thread)", "",
              *provenance_lines(args.device), "",
              f"Model: {model_description(args)}; {precision_description(args)}. Inputs: {count} "
-             f"{args.input_description} utterances ({audio:.1f} s of audio) after {len(args.warmup_ids)} warm-up ones and "
-             f"an untimed pass over the same ones; batch 1; "
+             f"{args.input_description} utterances ({audio:.1f} s of audio) after {len(args.warmup_ids)} warm-up "
+             f"ones and an untimed pass over the same ones; batch 1; "
              f"LLM-CE limited to |y_n| + 1 steps ({ce['generated']} tokens generated). Inclusive wall-clock "
              f"timers around each component; wall time {elapsed:.0f} s.", ""]
     for system in ("LLM-CTC", "LLM-CE"):
@@ -197,16 +197,21 @@ def write_report(args, results: dict, utterances, elapsed: float) -> Path:
         head_ms = 1000 * ce["seconds"].get("head argmax (step)", 0.0) / steps
         (layer_bytes, layer_s), (head_bytes, head_s), (low_bytes, low_s) = (
             floor["layers"], floor["head"], floor["head_bf16"])
+        layers_label = "the decoder layers' linears"
+
+        def read(label: str, size: int, seconds: float) -> str:
+            return f"{label} ({size / 1e6:.0f} MB) {1000 * seconds:.1f} ms ({size / seconds / 1e9:.1f} GB/s)"
+
         lines += ["### LLM-CE decode step against its memory-bound floor", "",
                   f"Per step: LLM {step_ms:.1f} ms (decoder layers "
                   f"{1000 * ce['seconds'].get('LLM step: decoder layers', 0) / steps:.1f} ms), head argmax "
-                  f"{head_ms:.1f} ms. Floor, one-row products reading each weight once: the decoder layers' "
-                  f"linears ({layer_bytes / 1e6:.0f} MB) {1000 * layer_s:.1f} ms ({layer_bytes / layer_s / 1e9:.1f} GB/s); "
-                  f"the FP32 head ({head_bytes / 1e6:.0f} MB) {1000 * head_s:.1f} ms ({head_bytes / head_s / 1e9:.1f} GB/s); "
-                  f"its BF16 screen ({low_bytes / 1e6:.0f} MB) {1000 * low_s:.1f} ms ({low_bytes / low_s / 1e9:.1f} GB/s).", ""]
+                  f"{head_ms:.1f} ms. Floor, one-row products reading each weight once: "
+                  f"{read(layers_label, layer_bytes, layer_s)}; "
+                  f"{read('the FP32 head', head_bytes, head_s)}; {read('its BF16 screen', low_bytes, low_s)}.", ""]
     path = args.output_dir / f"profile_{args.device}.md"
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    rows = [dict(system=system, component=name, seconds=seconds, calls=results[system]["calls"][name], utterances=count)
+    rows = [dict(system=system, component=name, seconds=seconds, calls=results[system]["calls"][name],
+                 utterances=count)
             for system in COMPONENTS for name, seconds in sorted(results[system]["seconds"].items())]
     rows += [dict(system=system, component="total", seconds=results[system]["total"], calls=count, utterances=count)
              for system in COMPONENTS]
@@ -231,7 +236,6 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    import sys
     import tempfile
 
     args = parse_args(argv)
