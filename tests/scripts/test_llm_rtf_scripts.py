@@ -93,6 +93,7 @@ def test_hypotheses_of_another_run_are_compared_utterance_by_utterance(scripts, 
     assert "LLM-CTC: 1 of 3 differ" in line and "LLM-CE: 1 of 3 differ" in line
 
 
+@pytest.mark.slow
 def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_path, scripts):
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                        HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
@@ -118,6 +119,7 @@ def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_pat
         assert 0 < parts <= total
 
 
+@pytest.mark.slow
 def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, scripts):
     from asr.scoring import compute_error_stats
     from llm_ctc.checkpoint import save_model_checkpoint
