@@ -93,7 +93,9 @@ class SpeechLLM(nn.Module):
 
     @property
     def llm_dtype(self) -> torch.dtype:
-        return self.lm_head.weight.dtype
+        """The backbone's input dtype (its embeddings'); the head may be kept in another
+        (App. D.3 times an FP32 head over BF16 LLM weights)."""
+        return self.llm.get_input_embeddings().weight.dtype
 
     @property
     def projector_dtype(self) -> torch.dtype:

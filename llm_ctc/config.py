@@ -80,6 +80,9 @@ class LLMASRConfig:
     ce_user_text: str = "Transcribe the speech."
     eos_id: Optional[int] = None  # None: the tokenizer's EOS
     max_new_tokens: int = 200
+    # Greedy decoding (LLM-CTC's frames, LLM-CE's steps): find the float32 head's argmax
+    # through a BF16 product first (the same ids; llm_ctc/head_argmax.py).
+    screened_argmax: bool = False
     ce_beam: int = 4
     length_penalty: float = 1.0
     # Streaming LLM-CTC (Sec. 4.3, App. D.4; query readout only): chunks of

@@ -3,9 +3,10 @@ or prefix beam search, ids detokenized once with the LLM's tokenizer.
 
 Greedy search needs no log-probabilities: the log-softmax subtracts one normalizer per
 frame, so the best class of a frame is the argmax of its logits (with the learned blank
-offset eta already on the blank row's bias, Sec. 4.2). :func:`head_argmax` finds it one
-block of head rows at a time and never holds a frame's V = 151,936 logits, nor runs the
-exp and log over them (App. D.3 times framewise greedy decoding).
+offset eta already on the blank row's bias, Sec. 4.2). :func:`llm_ctc.head_argmax.head_argmax`
+finds it one block of head rows at a time and never holds a frame's V = 151,936 logits, nor
+runs the exp and log over them (App. D.3 times framewise greedy decoding);
+``model.config.screened_argmax`` finds the same argmax through a BF16 product first.
 
 Byte-level BPE pieces (Qwen3) are bytes, not characters: one Mandarin character is 3
 UTF-8 bytes that may span two tokens, so text is only made from an utterance's whole
@@ -14,13 +15,14 @@ id sequence, never piece by piece.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from asr.search import ctc_collapse, ctc_greedy_search, ctc_prefix_beam_search
 from asr.tokenizer import Tokenizer
+from llm_ctc.head_argmax import head_argmax
 
 METHODS = ("ctc-greedy-search", "ctc-prefix-beam-search")
 
@@ -73,43 +75,19 @@ def search(log_probs: Tensor, lengths: Tensor, blank_id: int, method: str = "ctc
     raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(METHODS)}")
 
 
-def head_argmax(states: Tensor, weight: Tensor, bias: Optional[Tensor], rows_per_block: int = 4096) -> Tensor:
-    """states (..., D), weight (V, D), bias (V,) or None -> the argmax over V of the
-    float32 logits (int64, (...)), computed as :func:`llm_ctc.head.head_logits` computes
-    them, block by block, keeping the running best (the first of equal maxima, as
-    ``torch.argmax``)."""
-    vocab = weight.shape[0]
-    if vocab == 0:
-        raise ValueError("weight has no rows: no class to choose")
-    inputs = states.float()
-    best_value = best_index = None
-    for start in range(0, vocab, rows_per_block):
-        stop = min(start + rows_per_block, vocab)
-        block = inputs @ weight[start:stop].float().t()
-        if bias is not None:
-            block = block + bias[start:stop].float()
-        value, index = block.max(dim=-1)
-        if best_value is None:
-            best_value, best_index = value, index
-        else:
-            better = value > best_value
-            best_value = torch.where(better, value, best_value)
-            best_index = torch.where(better, index + start, best_index)
-    return best_index
-
-
 def best_frame_ids(model, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
     """The best class of every readout frame of an LLM-CTC model (N, T_n max) and T_n,
     without log-probabilities."""
     states, lengths = model.ctc_states(features, feature_lens)
-    return head_argmax(states, model.head_weight, model.head_bias(), model.config.head_chunk_size), lengths
+    return head_argmax(states, model.head_weight, model.head_bias(), model.config.head_chunk_size,
+                       screen=model.config.screened_argmax), lengths
 
 
 def recognize(model, features: Tensor, feature_lens: Tensor, method: str = "ctc-greedy-search",
               beam: int = 4, token_penalty: float = 0.0) -> Tuple[List[List[int]], List[str]]:
     """One LLM forward pass for the batch, then search and detokenization."""
     tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
-    with torch.no_grad():
+    with torch.inference_mode():
         if method == "ctc-greedy-search":
             frame_ids, lengths = best_frame_ids(model, features, feature_lens)
             ids = ctc_collapse(frame_ids, lengths, blank_id=model.blank_id)

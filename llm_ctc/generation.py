@@ -2,7 +2,9 @@
 
 Both start from one utterance's prefill embeddings (1, L, D) (chat template + speech)
 and stop at EOS or after ``config.max_new_tokens`` tokens (App. D.2: 200). Only the
-last position's head logits are formed per step.
+last position's head logits are formed per step; greedy search takes their argmax block by
+block without the log-softmax (:func:`llm_ctc.head_argmax.head_argmax`, as LLM-CTC's
+greedy search), ``config.screened_argmax`` through a BF16 product first.
 
 Beam search keeps ``beam`` live hypotheses. Per step the 2 * beam best extensions of
 the live ones are ranked by summed log-probability; an EOS extension ranked within the
@@ -21,6 +23,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
+from llm_ctc.head_argmax import head_argmax
 from llm_ctc.language_model import backbone_states
 
 
@@ -30,6 +33,14 @@ def _positions(start: int, count: int, rows: int, device) -> Tensor:
 
 def _last_log_probs(model, hidden: Tensor) -> Tensor:
     return model.head_logits(hidden[:, -1]).log_softmax(dim=-1)
+
+
+def _last_argmax(model, hidden: Tensor) -> int:
+    """The most probable next token: the argmax of the last position's float32 head logits
+    (the log-softmax's normalizer does not move it), block by block as LLM-CTC's frames."""
+    head = model.lm_head
+    return int(head_argmax(hidden[:, -1], head.weight, head.bias, model.config.head_chunk_size,
+                           screen=model.config.screened_argmax)[0])
 
 
 def _prefill(model, prefill: Tensor):
@@ -62,7 +73,7 @@ def greedy_search(model, prefill: Tensor, use_cache: bool = True) -> List[int]:
             hidden = backbone_states(model.llm, sequence, torch.ones(1, total, dtype=torch.long,
                                                                      device=prefill.device),
                                      _positions(0, total, 1, prefill.device))
-        token = int(_last_log_probs(model, hidden).argmax(dim=-1))
+        token = _last_argmax(model, hidden)
         if token == eos:
             break
         tokens.append(token)

@@ -116,7 +116,7 @@ def write_random_zipformer(path: Path, preset: str, seed: int) -> Path:
 
 
 def build_model(args, work_dir: Path, seed: int, objective: str = "ctc", tokenizer=None,
-                llm_dtype: str = "float32", lora_rank: int = 0):
+                llm_dtype: str = "float32", lora_rank: int = 0, attn_implementation: Optional[str] = None):
     """A random LLM-CTC (or LLM-CE, same parts) model: every component from configuration,
     by default LoRA off (rank 0: merged LoRA costs the same at inference), eval mode."""
     from llm_ctc.config import LLMASRConfig
@@ -131,7 +131,8 @@ def build_model(args, work_dir: Path, seed: int, objective: str = "ctc", tokeniz
     config = LLMASRConfig(llm=str(llm_dir), tokenizer=str(qwen3_tokenizer_dir()), objective=objective,
                           encoder_type="zipformer", encoder_path=str(encoder), projector_type="stack",
                           projector_stack=args.projector_stack, projector_hidden=args.projector_hidden,
-                          readout=args.readout, lora_rank=lora_rank, llm_dtype=llm_dtype)
+                          readout=args.readout, lora_rank=lora_rank, llm_dtype=llm_dtype,
+                          attn_implementation=attn_implementation)
     torch.manual_seed(seed)  # projector and query vector
     if objective == "ctc":
         model = LLMCTCModel(config, tokenizer=tokenizer)

