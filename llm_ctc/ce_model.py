@@ -2,8 +2,9 @@
 
 The LLM's chat template wraps the speech in a user turn; the assistant turn is the
 lowercased transcript followed by EOS. Cross-entropy is computed only at the |y_n| + 1
-positions that predict the transcript and EOS: logits are formed for those rows alone,
-never over the whole (N, S) sequence.
+positions that predict the transcript and EOS: the frozen head is applied to those rows
+alone, never over the whole (N, S) sequence, one block of head rows at a time
+(:mod:`llm_ctc.ce_loss`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from llm_ctc.base import SpeechLLM
+from llm_ctc.ce_loss import frozen_head_cross_entropy
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.head import head_logits
 from llm_ctc.language_model import backbone_states
@@ -61,6 +63,16 @@ class LLMCEModel(SpeechLLM):
     def loss(self, features: Tensor, feature_lens: Tensor,
              targets: Sequence[Sequence[int]]) -> Tuple[Tensor, Dict[str, Any]]:
         """Summed cross-entropy of transcript + EOS (eq. 10) and counts for logging."""
+        states, labels = self.teacher_forced_states(features, feature_lens, targets)
+        loss = frozen_head_cross_entropy(states, self.lm_head.weight, self.lm_head.bias, labels,
+                                         self.config.head_chunk_size)
+        return loss, {"tokens": int(labels.numel()), "utterances": len(targets)}
+
+    def teacher_forced_states(self, features: Tensor, feature_lens: Tensor,
+                              targets: Sequence[Sequence[int]]) -> Tuple[Tensor, Tensor]:
+        """Final-norm states (R, D) of the R = sum_n (|y_n| + 1) positions that predict
+        each transcript and its EOS under teacher forcing, utterance after utterance, and
+        their labels (R,): what the loss sees, and what generation must reproduce."""
         speech, speech_lens = self.speech_embeddings(features, feature_lens)
         targets = [list(map(int, t)) for t in targets]
         if len(targets) != speech.shape[0]:
@@ -79,9 +91,7 @@ class LLMCEModel(SpeechLLM):
         labels = torch.cat([padded, padded.new_full((len(targets), 1), self.eos_id)], dim=1)
         labels[torch.arange(len(targets)), token_lens] = self.eos_id
         valid = torch.arange(labels.shape[1], device=self.device)[None, :] <= token_lens[:, None]
-        logits = self.head_logits(rows[valid])
-        loss = torch.nn.functional.cross_entropy(logits, labels[valid], reduction="sum")
-        return loss, {"tokens": int(valid.sum()), "utterances": len(targets)}
+        return rows[valid], labels[valid]
 
     def forward(self, features: Tensor, feature_lens: Tensor, targets) -> Tuple[Tensor, Dict[str, Any]]:
         return self.loss(features, feature_lens, targets)

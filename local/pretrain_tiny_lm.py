@@ -32,6 +32,14 @@ head, deletes them; a real LLM's rows are separated by real text. The log report
 every token, the probability the head gives it at the hidden state that points at its
 own row (a lower bound of what any state can reach).
 
+``--copy-fraction F`` adds a fraction F of the transcripts a second time, doubled
+(``EOS t EOS t EOS``), so that the LM learns to copy from its context. LLM-CE needs that:
+its transcript reads the speech only through attention, and an LM that has only seen
+single sentences cannot look anything up (stage 7's LM gives a repeated test sentence
+3.5 nats per token, more than its first occurrence; with F = 0.5, 1.3; egs/mini
+RESULTS.md, "LLM-CE (session 6)"). LLM-CTC reads each word at its own speech position and
+does not need it.
+
 The result is written with ``save_pretrained`` to a temporary folder that is renamed
 when complete; an existing result is kept (the program says so).
 """
@@ -85,6 +93,15 @@ def tiny_qwen3(args: argparse.Namespace, vocab_size: int):
                          num_key_value_heads=max(1, args.heads // 2), head_dim=args.hidden // args.heads,
                          tie_word_embeddings=True, max_position_embeddings=2048)
     return Qwen3ForCausalLM(config)
+
+
+def training_sequences(token_ids: List[List[int]], eos: int, copy_fraction: float,
+                       rng: random.Random) -> List[List[int]]:
+    """Every transcript as ``EOS t EOS``, then ``EOS t EOS t EOS`` for round(copy_fraction
+    * count) transcripts drawn without replacement by ``rng``."""
+    single = [[eos] + ids + [eos] for ids in token_ids]
+    chosen = rng.sample(range(len(token_ids)), round(copy_fraction * len(token_ids)))
+    return single + [[eos] + token_ids[i] + [eos] + token_ids[i] + [eos] for i in chosen]
 
 
 def batches(sequences: List[List[int]], batch_size: int, rng: random.Random):
@@ -162,6 +179,8 @@ def main(argv: Sequence[str] = None) -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--embedding-std", type=float, default=0.1,
                         help="standard deviation of the initial (tied) embedding rows")
+    parser.add_argument("--copy-fraction", type=float, default=0.0,
+                        help="fraction of the transcripts added again as 'EOS t EOS t EOS' (LLM-CE: 0.5)")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
@@ -170,6 +189,8 @@ def main(argv: Sequence[str] = None) -> None:
             raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.embedding_std > 0:
         raise SystemExit(f"ERROR: --embedding-std must be > 0, got {args.embedding_std}")
+    if not 0.0 <= args.copy_fraction <= 1.0:
+        raise SystemExit(f"ERROR: --copy-fraction must be in [0, 1], got {args.copy_fraction}")
     if args.hidden % args.heads:
         raise SystemExit(f"ERROR: --hidden {args.hidden} must be a multiple of --heads {args.heads}")
     if (args.out_dir / "config.json").is_file():
@@ -181,7 +202,8 @@ def main(argv: Sequence[str] = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = read_transcripts(args.manifests)
     eos = tokenizer.eos_token_id
-    sequences = [[eos] + ids + [eos] for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    sequences = training_sequences(tokenizer(texts, add_special_tokens=False)["input_ids"], eos, args.copy_fraction,
+                                   random.Random(args.seed))
     rows = torch.tensor(sorted({token for sequence in sequences for token in sequence}))
     row_of = torch.full((151_936,), -1, dtype=torch.long)
     row_of[rows] = torch.arange(len(rows))

@@ -102,3 +102,17 @@ def test_beam_four_is_at_least_as_probable_as_greedy(ce_model):
     beam = ce_model.generate(features, lengths, beam=4)[0]
     assert len(beam) == len(greedy) == ce_model.config.max_new_tokens
     assert summed_log_prob(beam) >= summed_log_prob(greedy) - 1e-6
+
+
+def test_teacher_forcing_on_the_greedy_tokens_predicts_them(ce_model):
+    # Training and generation must build the same sequence (template, speech, positions):
+    # fed the greedy hypothesis, the loss's states choose each of its tokens again.
+    features, lengths = random_features([90, 60], seed=17)
+    greedy = ce_model.generate(features, lengths)
+    with torch.no_grad():
+        states, labels = ce_model.teacher_forced_states(features, lengths, greedy)
+        chosen = ce_model.head_logits(states).argmax(dim=-1)
+    expected_labels = [token for tokens in greedy for token in tokens + [ce_model.eos_id]]
+    assert labels.tolist() == expected_labels
+    keep = torch.tensor([i < len(tokens) for tokens in greedy for i in range(len(tokens) + 1)])
+    assert chosen[keep].tolist() == labels[keep].tolist()

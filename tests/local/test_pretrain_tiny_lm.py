@@ -9,7 +9,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from local.pretrain_tiny_lm import fill_unused_rows, padded_batch, reduced_loss, tiny_qwen3  # noqa: E402
+import random  # noqa: E402
+
+from local.pretrain_tiny_lm import (fill_unused_rows, main, padded_batch, reduced_loss, tiny_qwen3,  # noqa: E402
+                                    training_sequences)
 
 VOCAB = 300
 
@@ -75,3 +78,20 @@ def test_nameable_probability_is_the_dense_softmax_at_the_row_aligned_state():
         expected = torch.softmax(weight @ state, dim=0)[row]
         assert float(found[index]) == pytest.approx(float(expected), rel=1e-4)
 
+
+
+def test_training_sequences_add_the_chosen_fraction_doubled():
+    transcripts = [[3, 4], [5], [6, 7, 8], [9, 10]]
+    sequences = training_sequences(transcripts, 1, 0.5, random.Random(0))
+    assert sequences[:4] == [[1, 3, 4, 1], [1, 5, 1], [1, 6, 7, 8, 1], [1, 9, 10, 1]]
+    doubled = sequences[4:]
+    assert len(doubled) == 2
+    originals = [s[1:(len(s) - 3) // 2 + 1] for s in doubled]
+    assert len({tuple(o) for o in originals}) == 2 and all(o in transcripts for o in originals)
+    assert doubled == [[1] + o + [1] + o + [1] for o in originals]
+    assert training_sequences(transcripts, 1, 0.0, random.Random(0)) == sequences[:4]
+
+
+def test_copy_fraction_outside_zero_to_one_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match=r"--copy-fraction must be in \[0, 1\], got 1.5"):
+        main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--copy-fraction", "1.5"])
