@@ -85,7 +85,8 @@ class DataOptions:
     drop_last: bool = True
     num_workers: int = 2
     seed: int = 42
-    on_the_fly_feats: bool = False  # compute 80-dim fbank from audio instead of reading it
+    on_the_fly_feats: bool = False  # compute fbank from the audio instead of reading it
+    on_the_fly_num_mel_bins: int = 80  # its bins: the model's input width (128 for the LLM encoders)
     min_cut_duration: float = 1.0
     max_cut_duration: float = 20.0
     enable_musan: bool = True
@@ -104,7 +105,8 @@ class DataOptions:
     feature_chunk_seconds: Optional[int] = None
 
     def __post_init__(self) -> None:
-        positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size")
+        positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size",
+                    "on_the_fly_num_mel_bins")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"data.{name} must be positive, got {getattr(self, name)!r}")

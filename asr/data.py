@@ -134,7 +134,8 @@ class AsrDataset(torch.utils.data.Dataset):
     """Map-style dataset indexed by the CutSet of one batch (what a Lhotse sampler yields).
 
     Args:
-        on_the_fly_feats: compute 80-dim fbank from the audio instead of reading features.
+        on_the_fly_feats: compute fbank from the audio instead of reading features.
+        num_mel_bins: the bins of on-the-fly features.
         noise_cuts: MUSAN cuts to mix in (with features unless on the fly), or None.
         musan_prob: probability of mixing noise into a cut.
         musan_snr: (min, max) SNR in dB, drawn uniformly.
@@ -148,6 +149,7 @@ class AsrDataset(torch.utils.data.Dataset):
         self,
         *,
         on_the_fly_feats: bool = False,
+        num_mel_bins: int = 80,
         noise_cuts: Optional[CutSet] = None,
         musan_prob: float = 0.5,
         musan_snr: Tuple[float, float] = (10.0, 20.0),
@@ -158,7 +160,7 @@ class AsrDataset(torch.utils.data.Dataset):
         super().__init__()
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
-            self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=80)))
+            self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
         else:
             self.read_features = PrecomputedFeatures()
         self.noise_cuts = noise_cuts
@@ -255,6 +257,7 @@ def build_train_dataloader(
         _check_noise_cuts(noise_cuts, musan_path, options)
     dataset = AsrDataset(
         on_the_fly_feats=options.on_the_fly_feats,
+        num_mel_bins=options.on_the_fly_num_mel_bins,
         noise_cuts=noise_cuts,
         musan_prob=options.musan_prob,
         musan_snr=(options.musan_snr_min, options.musan_snr_max),
@@ -330,7 +333,8 @@ def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: i
         world_size=world_size,
         rank=rank,
     )
-    dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats, chunk_seconds=options.feature_chunk_seconds or 0)
+    dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats, num_mel_bins=options.on_the_fly_num_mel_bins,
+                         chunk_seconds=options.feature_chunk_seconds or 0)
     return _map_style_loader(dataset, sampler, options)
 
 

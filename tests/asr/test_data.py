@@ -273,6 +273,16 @@ def test_on_the_fly_features_match_stored_ones(corpus: Dict[str, Path]) -> None:
         )
 
 
+def test_on_the_fly_features_take_the_configured_bin_count(corpus: Dict[str, Path]) -> None:
+    cut = next(c for c in load_cuts_lazy(corpus["train"]) if c.id == "utt-d")
+    batch = AsrDataset(on_the_fly_feats=True, num_mel_bins=128)[CutSet.from_cuts([cut])]
+    expected = torch.from_numpy(cut.compute_features(Fbank(FbankConfig(num_mel_bins=128))))
+    assert batch["features"].shape == (1, expected.shape[0], 128)
+    torch.testing.assert_close(batch["features"][0], expected, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="data.on_the_fly_num_mel_bins must be positive"):
+        DataOptions(on_the_fly_num_mel_bins=0)
+
+
 def test_musan_mixing_changes_features_and_keeps_ids(corpus: Dict[str, Path]) -> None:
     cuts = CutSet.from_cuts(c for c in load_cuts_lazy(corpus["train"]) if c.id in ("utt-c", "utt-e"))
     noise = CutSet.from_cuts(load_cuts_lazy(corpus["musan"]))
