@@ -53,9 +53,10 @@ from pathlib import Path
 import torch
 
 from benchmark_support import provenance_lines, synchronize, write_csv, write_text
-from llm_analysis_support import add_input_arguments, add_model_arguments, load_utterances, model_description
+from llm_analysis_support import add_input_arguments, add_model_arguments, model_description
 from llm_rtf_support import (add_precision_arguments, build_systems, precision_description, recognize_ce,
-                             recognize_ctc, recognize_ctc_by_log_softmax)
+                             recognize_ctc, recognize_ctc_by_log_softmax,
+                             warmup_and_timed_utterances)
 
 # The paper's RTFs (size: LLM-CE, LLM-CTC), SPEAR-Qwen3 on GigaSpeech test, H100.
 PAPER = {"0.6B": (0.0724, 0.0099), "1.7B": (0.0732, 0.0102), "4B": (0.0944, 0.0109),
@@ -263,11 +264,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     manifest = None if args.synthesized else args.cuts
-    # The warm-up utterances come first, the timed ones after them (no overlap).
-    everything = load_utterances(manifest, args.warmup + args.utterances, seed=args.seed)
-    if len(everything) < args.warmup + 1:
-        raise SystemExit(f"--cuts: {manifest} has {len(everything)} utterances, fewer than --warmup + 1")
-    warmup, utterances = everything[:args.warmup], everything[args.warmup:]
+    warmup, utterances = warmup_and_timed_utterances(args)
     args.input_description = (f"{len(utterances)} synthesized utterances" if manifest is None else
                               f"{len(utterances)} utterances of {manifest.name}")
     started = time.perf_counter()

@@ -16,10 +16,20 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from llm_analysis_support import batch_of, build_model
+from llm_analysis_support import batch_of, build_model, load_utterances
 
 PAPER_PRECISION = dict(llm_dtype="bfloat16", head_dtype="float32", encoder_autocast="bfloat16",
                        attn_implementation="sdpa", argmax="screened")
+
+
+def warmup_and_timed_utterances(args) -> tuple:
+    """(warm-up utterances, timed utterances) of ``--cuts`` (or synthesized ones): the
+    warm-up ones first, the timed ones after them, no overlap (App. D.3's protocol)."""
+    manifest = None if args.synthesized else args.cuts
+    everything = load_utterances(manifest, args.warmup + args.utterances, seed=args.seed)
+    if len(everything) < args.warmup + 1:
+        raise SystemExit(f"--cuts: {manifest} has {len(everything)} utterances, fewer than --warmup + 1")
+    return everything[:args.warmup], everything[args.warmup:]
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:

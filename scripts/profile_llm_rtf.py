@@ -30,9 +30,10 @@ from typing import Callable, Dict
 import torch
 
 from benchmark_support import provenance_lines, write_csv, write_text
-from llm_analysis_support import add_input_arguments, add_model_arguments, load_utterances, model_description
+from llm_analysis_support import add_input_arguments, add_model_arguments, model_description
 from llm_rtf_support import (add_precision_arguments, build_systems, precision_description, recognize_ce,
-                             recognize_ctc)
+                             recognize_ctc,
+                             warmup_and_timed_utterances)
 
 
 class Timers:
@@ -242,10 +243,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     manifest = None if args.synthesized else args.cuts
-    everything = load_utterances(manifest, args.warmup + args.utterances, seed=args.seed)
-    warmup, utterances = everything[:args.warmup], everything[args.warmup:]
-    if not utterances:
-        raise SystemExit(f"--cuts: {manifest} has {len(everything)} utterances, fewer than --warmup + 1")
+    warmup, utterances = warmup_and_timed_utterances(args)
     args.warmup_ids = [u.cut_id for u in warmup]
     args.input_description = "synthesized" if manifest is None else f"{manifest.name}"
     started = time.perf_counter()

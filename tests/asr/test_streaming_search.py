@@ -60,7 +60,9 @@ def test_prefix_beam_reset_starts_a_new_utterance():
 
 
 @pytest.mark.parametrize("sizes", CHUNKINGS)
-def test_greedy_over_chunks_equals_offline(sizes):
+@pytest.mark.parametrize("fed", ["log_probs", "labels"])
+def test_greedy_over_chunks_equals_offline(sizes, fed):
+    # "labels": advance_labels takes each frame's best label (the argmax of logits, no log-softmax).
     for seed in range(6):
         # Few classes: repeats across chunk boundaries are frequent.
         log_probs = random_log_probs(seed, vocab=3, scale=0.5)
@@ -68,20 +70,10 @@ def test_greedy_over_chunks_equals_offline(sizes):
         search = StreamingGreedySearch(blank_id=1)
         emitted = []
         for chunk in chunks_of(log_probs, sizes):
-            emitted += search.advance(chunk)
-        assert search.best() == offline == emitted
-
-
-@pytest.mark.parametrize("sizes", CHUNKINGS)
-def test_greedy_fed_labels_equals_offline(sizes):
-    # advance_labels takes each frame's best label (the argmax of logits, no log-softmax).
-    for seed in range(6):
-        log_probs = random_log_probs(seed, vocab=3, scale=0.5)
-        offline = ctc_greedy_search(log_probs[None], torch.tensor([40]), blank_id=1)[0]
-        search = StreamingGreedySearch(blank_id=1)
-        emitted = []
-        for chunk in chunks_of(log_probs, sizes):
-            emitted += search.advance_labels(chunk.argmax(dim=1).tolist())
+            if fed == "labels":
+                emitted += search.advance_labels(chunk.argmax(dim=1).tolist())
+            else:
+                emitted += search.advance(chunk)
         assert search.best() == offline == emitted
 
 
