@@ -61,6 +61,7 @@ from asr.train_helpers import (
     all_reduce_sum,
     autocast_context,
     keep_gradient_strides,
+    leave_distributed,
     make_grad_scaler,
     setup_distributed,
 )
@@ -186,7 +187,8 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     logging.info("done: %d batches, best validation loss %.4f per frame", state.batch_idx_train,
                  state.best_valid_loss)
     if dist.world_size > 1:
-        torch.distributed.destroy_process_group()
+        del run, trainee, trained_model, optimizer, scheduler, model, model_avg
+        leave_distributed()
 
 
 def finished_already(config: RunConfig) -> Optional[Path]:

@@ -4,6 +4,7 @@ fp16 loss-scale care, and progress reporting (console rate/ETA + tensorboard).""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -61,6 +62,22 @@ def setup_distributed(device_option: str = "auto") -> Distributed:
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     return Distributed(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def leave_distributed() -> None:
+    """End a multi-process run on every rank together.
+
+    The caller has dropped its references to the DDP wrapper and the optimizer. A barrier
+    first (no rank still in a collective), then the garbage collector frees what only
+    reference cycles still hold, while every peer and the store that rank 0 hosts are
+    still there, a second barrier, and only then the process group goes. Left to the
+    interpreter, DDP's reducer died after ``destroy_process_group``, in the teardown of
+    ``main``'s frame, and a rank could hang there once rank 0 had exited.
+    """
+    dist.barrier()
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def all_reduce_sum(values: torch.Tensor, world_size: int) -> torch.Tensor:
