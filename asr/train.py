@@ -184,8 +184,12 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         save(run, state, epoch_checkpoint_path(exp_dir, epoch))
     if writer is not None:
         writer.close()
-    logging.info("done: %d batches, best validation loss %.4f per frame", state.batch_idx_train,
-                 state.best_valid_loss)
+    if state.best_valid_loss < float("inf"):
+        logging.info("done: %d batches, best validation loss %.4f per frame", state.batch_idx_train,
+                     state.best_valid_loss)
+    else:
+        logging.info("done: %d batches; no validation ran (it runs at the end of an epoch and every "
+                     "train.valid_interval = %d batches)", state.batch_idx_train, options.valid_interval)
     if dist.world_size > 1:
         del run, trainee, trained_model, optimizer, scheduler, model, model_avg
         leave_distributed()

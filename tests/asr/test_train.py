@@ -174,6 +174,10 @@ def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
 def test_a_run_ended_by_max_batches_is_finished_on_rerun(corpus: Dict[str, Path], tmp_path: Path, capsys) -> None:
     main(arguments(corpus, tmp_path, "train.max_batches=3", "train.save_every_n=0"))
     assert load(tmp_path / "checkpoint-3.pt")["batch_idx_train"] == 3
+    # Stopped inside the first epoch with no validation interval reached: the log says so
+    # instead of an infinite best validation loss.
+    log = "".join(path.read_text() for path in (tmp_path / "log").glob("log-train*"))
+    assert "done: 3 batches; no validation ran" in log and "best validation loss inf" not in log
     capsys.readouterr()
     main(arguments(corpus, tmp_path, "train.max_batches=3", "train.save_every_n=0"))
     assert "checkpoint-3.pt exists: already finished" in capsys.readouterr().out
