@@ -117,6 +117,11 @@ def frozen_products(frames: torch.Tensor, weight: torch.Tensor,
     return {"single": single, "column_chunks": column_chunks}
 
 
+def shown(value: object) -> str:
+    """A table cell: floats to four significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def parse_standard_seconds(values: List[str]) -> Dict[int, float]:
     standard = {}
     for value in values:
@@ -168,12 +173,12 @@ def main() -> None:
             row = {"frames": num_frames, "vocab_size": vocab_size, "dim": args.dim, "blocks": blocks,
                    "load_start": load_average()}
             for name, work in schedules.items():
-                row[f"{name}_s"] = round(median_seconds(work, args.runs, args.device), 4)
+                row[f"{name}_s"] = median_seconds(work, args.runs, args.device)  # rounded for display only
             row["load_end"] = load_average()
             if vocab_size in standard:
                 row["standard_s"] = standard[vocab_size]
-                row["floor_ratio"] = round(row["single_s"] / standard[vocab_size], 3)
-            print(row, flush=True)
+                row["floor_ratio"] = row["single_s"] / standard[vocab_size]
+            print({key: shown(value) for key, value in row.items()}, flush=True)
             rows.append(row)
             del frames, weight, schedules
 
@@ -185,7 +190,7 @@ def main() -> None:
                                           else "trained head: Z, dX, dW") + ")", "",
              *provenance_lines(args.device), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row.get(column, "")) for column in columns) + " |" for row in rows]
+    lines += ["| " + " | ".join(shown(row.get(column, "")) for column in columns) + " |" for row in rows]
     write_text("\n".join(lines) + "\n", args.output_dir / f"{name}.md")
 
 
