@@ -21,15 +21,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import random
 from dataclasses import dataclass
 from pathlib import Path
 import re
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from asr.averaging import make_averaged_model, update_averaged_model
 from asr.checkpoint import (
@@ -53,28 +50,26 @@ from asr.data import (
     resumable_sampler_state,
 )
 from asr.config import CHANGEABLE_ON_RESUME, RunConfig, TrainOptions, load_run_config
-from asr.family import load_family, load_lexicon_of
+from asr.family import load_lexicon_of
 from asr.tokenizer import Tokenizer
 from asr.train_helpers import (
     Distributed,
     ProgressReport,
     all_reduce_sum,
     autocast_context,
-    keep_gradient_strides,
     leave_distributed,
-    make_grad_scaler,
     setup_distributed,
 )
 from asr.logs import setup_logging
-from asr.train_step import (  # training_step: the one-batch step of the benchmark scripts
+from asr.train_step import (
     Trainee,
     accumulate_gradients,
     apply_update,
     contributing_frames,
-    training_step,
     with_last_flag,
 )
-from asr.train_zero1 import consolidate, zero1_optimizer
+from asr.train_zero1 import consolidate
+from asr.trainee import build_trainee, seed_everything
 
 
 @dataclass
@@ -133,13 +128,13 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     # Data. The lexicon (train.lang_dir's, or the family's own) decides the model's output classes.
     tokenizer = load_lexicon_of(config.family, config.model, options.lang_dir)
     config.model = with_lexicon_size(config.model, tokenizer)
-    family = load_family(config.family)
-    model = family.build_model(config.model, tokenizer.vocab_size, tokenizer.blank_id).to(dist.device)
+    trainee = build_trainee(config, dist.device, tokenizer.vocab_size, tokenizer.blank_id, dist.world_size,
+                            dist.local_rank)
+    model, optimizer, scheduler = trainee.model, trainee.optimizer, trainee.scheduler
     train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
-    # Model and its running average (float64, on the CPU), optimizer, learning-rate schedule.
-    optimizer, scheduler = family.build_optimizer(model, config.optim)
+    # The running average (float64, on the CPU) of the model; the optimizer and schedule are the family's.
     model_avg = make_averaged_model(model) if dist.is_main else None
     logging.info("config: %s", config.to_dict())
     logging.info("number of model parameters: %d", sum(p.numel() for p in model.parameters()))
@@ -149,18 +144,6 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         from torch.utils.tensorboard import SummaryWriter
 
         writer = SummaryWriter(log_dir=str(exp_dir / "tensorboard"))
-    trained_model: torch.nn.Module = model
-    if dist.world_size > 1:
-        device_ids = [dist.local_rank] if dist.device.type == "cuda" else None
-        keep_gradient_strides(model)
-        trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
-        if options.zero1:
-            optimizer = zero1_optimizer(optimizer, scheduler)
-    elif options.zero1:
-        logging.info("train.zero1 has no effect in a single process")
-    trainee = Trainee(model, optimizer, scheduler, make_grad_scaler(options.precision, dist.device),
-                      options.precision, dist.device, schedule_units_per_batch(config, dist.world_size),
-                      trained_model)
     run = Run(config, dist, tokenizer, train_data, valid_loader, trainee, model_avg,
               ProgressReport(options.log_interval, writer, options.accum_grad), after_step)
     state = resume(run)
@@ -191,7 +174,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         logging.info("done: %d batches; no validation ran (it runs at the end of an epoch and every "
                      "train.valid_interval = %d batches)", state.batch_idx_train, options.valid_interval)
     if dist.world_size > 1:
-        del run, trainee, trained_model, optimizer, scheduler, model, model_avg
+        del run, trainee, optimizer, scheduler, model, model_avg
         leave_distributed()
 
 
@@ -214,12 +197,6 @@ def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:
     return dataclasses.replace(model_config, **values)
 
 
-def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:
-    """icefall's duration-adjusted batch count per update (egs/librispeech/ASR/zipformer/train.py,
-    get_adjusted_batch_count): seconds of audio per update (all ranks, all accumulated
-    microbatches) over the reference duration."""
-    options = config.train
-    return config.data.max_duration * world_size * options.accum_grad / options.schedule_ref_duration
 
 
 class NoTrainingBatches(RuntimeError):
@@ -253,14 +230,6 @@ def no_batches_message(options: DataOptions, filter_summary: str, world_size: in
     )
 
 
-def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blank_id: int = 0) -> Trainee:
-    """Model, optimizer, schedule and loss scaler of ``config``'s family on ``device``, as
-    :func:`main` builds them for one process (benchmarks use it too)."""
-    family = load_family(config.family)
-    model = family.build_model(config.model, vocab_size, blank_id).to(device)
-    optimizer, scheduler = family.build_optimizer(model, config.optim)
-    return Trainee(model, optimizer, scheduler, make_grad_scaler(config.train.precision, device),
-                   config.train.precision, device, schedule_units_per_batch(config, 1))
 
 
 def train_one_epoch(run: Run, state: TrainingState) -> bool:
@@ -416,10 +385,6 @@ def gather_rng_states(dist: Distributed) -> List[Any]:
     return gathered
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

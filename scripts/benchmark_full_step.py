@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Full training steps with Zipformer-M: standard CTC vs Pruned CTC (paper Table 1, App. C.2).
 
-Each step is :func:`asr.train.training_step`: encoder forward, dropout, head and CTC
+Each step is :func:`asr.train_step.training_step`: encoder forward, dropout, head and CTC
 loss, backward, ScaledAdam (base_lr 0.045, clipping scale 2) with the Eden schedule, and
-the gradient reset, the model and optimizer built as ``asr/train.py`` builds them.
+the gradient reset, the model and optimizer built as ``asr/trainee.py`` builds them for training.
 Both methods start from the same initial weights (same seed, checked by a checksum), see
 the same ordered batches and the same dropout masks, and each updates its own copy of
 the weights; so their first-step losses must agree to rounding (printed in the table).
@@ -97,12 +97,12 @@ def synthetic_batches(num_frames: int, vocab_size: int, num_batches: int, seed: 
 
 def build_run(preset: str, vocab_size: int, method: str, device: str, precision: str,
               seconds_per_batch: float):
-    """Model, ScaledAdam, Eden and GradScaler as asr.train.main builds them, as the
-    Trainee that asr.train.training_step takes (seeded before the model is built)."""
+    """Model, ScaledAdam, Eden and GradScaler as asr.trainee.build_trainee builds them for asr.train, as the
+    Trainee that asr.train_step.training_step takes (seeded before the model is built)."""
     import torch
 
     from asr.config import load_run_config
-    from asr.train import build_trainee, seed_everything
+    from asr.trainee import build_trainee, seed_everything
 
     config = load_run_config(None, [f"model.preset={preset}", f"model.loss={method}",
                                     f"train.precision={precision}", "optim.base_lr=0.045",
@@ -118,7 +118,7 @@ def run_worker(args: argparse.Namespace, method: str, num_frames: int, vocab_siz
     """Warm-up, (on CPU) memory and timed steps of one configuration in this process."""
     import torch
 
-    from asr.train import training_step
+    from asr.train_step import training_step
 
     batches = synthetic_batches(num_frames, vocab_size, args.num_batches, args.seed)
     seconds_per_batch = num_frames // FRAMES_PER_UTTERANCE * FEATURE_FRAMES / 100
@@ -251,7 +251,7 @@ def write_results(rows: List[dict], failures: List[str], args: argparse.Namespac
              *provenance_lines(args.device), "",
              f"Load average (1/5/15 min) before the runs: {load_before}; after: {load_average()}.", "",
              f"Zipformer preset {args.preset} ({rows[0]['params']:,} parameters at V = {rows[0]['vocab_size']:,}), "
-             f"{args.precision} encoder, head and loss in FP32; asr.train.training_step with "
+             f"{args.precision} encoder, head and loss in FP32; asr.train_step.training_step with "
              f"ScaledAdam (base_lr 0.045) and Eden from global batch {args.start_batch + 1}. Synthetic "
              f"batches of {FRAMES_PER_UTTERANCE}-frame utterances ({FEATURE_FRAMES} fbank frames, "
              f"{TOKENS_PER_UTTERANCE} Zipf tokens each), {args.num_batches} distinct batches in "

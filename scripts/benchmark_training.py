@@ -4,7 +4,7 @@ CPU time and peak memory of asr.train's own training step.
 
 The model, ScaledAdam, Eden and the loss are built from the preset (default
 ``egs/mini/conf/train.yaml``, read when the script runs, so the numbers follow the preset
-as it is tuned), and every step is :func:`asr.train.training_step`: forward,
+as it is tuned), and every step is :func:`asr.train_step.training_step`: forward,
 backward, ScaledAdam and Eden. Batches are synthetic fbank shaped like the mini corpus:
 utterances of 2-4 s, 80 bins at 100 frames/s, each batch filled up to the preset's
 ``data.max_duration`` seconds, ~11.4 BPE tokens per second (the mini corpus's rate with
@@ -101,7 +101,8 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
     import torch
 
     from asr.config import load_run_config
-    from asr.train import build_trainee, seed_everything, training_step
+    from asr.train_step import training_step
+    from asr.trainee import build_trainee, seed_everything
 
     torch.set_num_threads(threads)
     config = load_run_config(args.config, [*args.overrides, f"model.loss={loss}"])
@@ -182,7 +183,7 @@ def write_results(rows: List[Dict[str, object]], args: argparse.Namespace, load_
         f"Synthetic batches: {args.num_batches} batches of {low:g}-{high:g} s utterances filled up to "
         f"data.max_duration, {FEATURE_DIM}-dim fbank at {FRAMES_PER_SECOND} frames/s, "
         f"{args.tokens_per_second:g} tokens per second, seed {args.seed}. Each configuration in a fresh "
-        f"process: {args.warmup} warm-up and {args.steps} timed steps of asr.train.training_step "
+        f"process: {args.warmup} warm-up and {args.steps} timed steps of asr.train_step.training_step "
         f"from global batch {args.start_batch + 1}. audio_s_per_s is seconds of audio trained on per "
         "second (x real time); cpu_utilization is CPU seconds per wall second (all threads); "
         "peak_rss_mib is the worker's peak resident set (Python, torch, model, optimizer state, "

@@ -161,7 +161,7 @@ def test_rerun_resumes_from_the_newest_checkpoint_and_then_says_finished(
 
 def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
     """icefall's get_adjusted_batch_count: batch_idx * max_duration * world_size / 600 s."""
-    from asr.train import schedule_units_per_batch
+    from asr.trainee import schedule_units_per_batch
 
     config = load_run_config(None, ["data.max_duration=1400"])
     assert schedule_units_per_batch(config, world_size=2) * 300 == 300 * 1400 * 2 / 600
@@ -220,7 +220,7 @@ def test_accum_grad_below_one_is_refused_by_name() -> None:
 
 
 def test_the_schedules_advance_by_the_audio_of_every_accumulated_microbatch() -> None:
-    from asr.train import schedule_units_per_batch
+    from asr.trainee import schedule_units_per_batch
 
     config = load_run_config(None, ["data.max_duration=100", "train.accum_grad=2"])
     assert schedule_units_per_batch(config, world_size=8) == 100 * 8 * 2 / 600

@@ -1,0 +1,56 @@
+"""Building what one training process trains: the family's model, its optimizer and
+schedule, the fp16 loss scaler, and (several processes) the DDP wrapper and ZeRO-1
+(:class:`asr.train_step.Trainee`). :mod:`asr.train` and the benchmarks build it here,
+the same way."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from asr.config import RunConfig
+from asr.family import load_family
+from asr.train_helpers import keep_gradient_strides, make_grad_scaler
+from asr.train_step import Trainee
+from asr.train_zero1 import zero1_optimizer
+
+
+def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blank_id: int = 0,
+                  world_size: int = 1, local_rank: int = 0) -> Trainee:
+    """Model (``vocab_size`` classes, blank ``blank_id``), optimizer, schedule and loss
+    scaler of ``config``'s family on ``device``; with ``world_size`` > 1 the model trains
+    through DDP and, with ``train.zero1``, the optimizer state is sharded."""
+    options = config.train
+    family = load_family(config.family)
+    model = family.build_model(config.model, vocab_size, blank_id).to(device)
+    optimizer, scheduler = family.build_optimizer(model, config.optim)
+    trained_model: torch.nn.Module = model
+    if world_size > 1:
+        keep_gradient_strides(model)
+        device_ids = [local_rank] if device.type == "cuda" else None
+        trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        if options.zero1:
+            optimizer = zero1_optimizer(optimizer, scheduler)
+    elif options.zero1:
+        logging.info("train.zero1 has no effect in a single process")
+    return Trainee(model, optimizer, scheduler, make_grad_scaler(options.precision, device), options.precision,
+                   device, schedule_units_per_batch(config, world_size), trained_model)
+
+
+def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:
+    """icefall's duration-adjusted batch count per update (egs/librispeech/ASR/zipformer/train.py,
+    get_adjusted_batch_count): seconds of audio per update (all ranks, all accumulated
+    microbatches) over the reference duration."""
+    options = config.train
+    return config.data.max_duration * world_size * options.accum_grad / options.schedule_ref_duration
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
