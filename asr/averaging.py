@@ -21,9 +21,8 @@ an epoch does not end on a multiple of P (both agree when it does).
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List, Sequence
 
 import torch
 
@@ -41,9 +40,8 @@ StateDict = Dict[str, torch.Tensor]
 
 
 class AveragedWeights:
-    """The running average of what a checkpoint holds of a model with
-    ``checkpoint_state_dict()`` (e.g. LoRA, projector, query and blank offset next to a
-    frozen LLM): float64 copies of those tensors only, never of the frozen weights."""
+    """The running average of what a checkpoint holds of a model: float64 copies of those
+    tensors only (never of the frozen weights next to them)."""
 
     def __init__(self, weights: StateDict) -> None:
         self._weights = {name: tensor.detach().to(torch.float64 if tensor.is_floating_point() else tensor.dtype,
@@ -62,20 +60,16 @@ class AveragedWeights:
             self._weights[name].copy_(tensor)
 
 
-def make_averaged_model(model: torch.nn.Module) -> Union[torch.nn.Module, AveragedWeights]:
-    """A float64 copy of ``model`` (or of its ``checkpoint_state_dict()`` only, where it
-    has one) that holds the running average (no gradients)."""
-    if hasattr(model, "checkpoint_state_dict"):
-        return AveragedWeights(model.checkpoint_state_dict())
-    model_avg = copy.deepcopy(model).to(torch.float64)
-    for parameter in model_avg.parameters():
-        parameter.requires_grad_(False)
-    return model_avg.eval()
+def make_averaged_model(model: torch.nn.Module) -> AveragedWeights:
+    """Float64 copies of what a checkpoint holds of ``model`` (:func:`asr.checkpoint.model_weights`:
+    e.g. only LoRA, projector, query and blank offset next to a frozen LLM) that hold the
+    running average."""
+    return AveragedWeights(model_weights(model))
 
 
 @torch.no_grad()
 def update_averaged_model(
-    model_avg: torch.nn.Module,
+    model_avg: "AveragedWeights",
     model: torch.nn.Module,
     batch_idx_train: int,
     average_period: int,

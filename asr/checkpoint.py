@@ -6,9 +6,9 @@ Files in ``exp_dir`` (icefall's names, so existing tools find them):
 * ``checkpoint-<B>.pt`` every ``save_every_n`` batches, B = global batch count;
   only the newest ``keep_last_k`` of these are kept.
 
-A model with ``checkpoint_state_dict()`` / ``load_checkpoint_state_dict()`` (an LLM
-family: the trainable parameters only, the frozen parts named in the configuration)
-is saved and loaded through them (:func:`model_weights`, :func:`load_model_weights`).
+A model is saved and loaded through its ``checkpoint_state_dict()`` /
+``load_checkpoint_state_dict()`` (:class:`asr.family.Recognizer`; an LLM family's hold the
+trainable parameters only, the frozen parts named in the configuration) (:func:`model_weights`, :func:`load_model_weights`).
 
 A checkpoint holds everything a resumed run needs to continue as if it had not
 stopped: model, averaged model (:mod:`asr.averaging`), optimizer,
@@ -29,6 +29,7 @@ import torch
 
 from asr.atomic_io import torch_save_atomically
 from asr.config import PathLike
+from asr.family import Recognizer
 
 
 _ITERATION_CHECKPOINT = re.compile(r"^checkpoint-(\d+)\.pt$")
@@ -59,17 +60,15 @@ def check_format_version(checkpoint: Any, path: PathLike) -> None:
 
 
 def model_weights(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    """What a checkpoint holds of ``model``: ``checkpoint_state_dict()`` where the model
-    has one, else ``state_dict()``."""
-    getter = getattr(model, "checkpoint_state_dict", None)
-    return getter() if getter is not None else model.state_dict()
+    """What a checkpoint holds of ``model``: a recognizer's ``checkpoint_state_dict()``
+    (:class:`asr.family.Recognizer`), any other module's ``state_dict()``."""
+    return model.checkpoint_state_dict() if isinstance(model, Recognizer) else model.state_dict()
 
 
 def load_model_weights(model: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
     """Inverse of :func:`model_weights`."""
-    loader = getattr(model, "load_checkpoint_state_dict", None)
-    if loader is not None:
-        loader(weights)
+    if isinstance(model, Recognizer):
+        model.load_checkpoint_state_dict(weights)
     else:
         model.load_state_dict(weights)
 

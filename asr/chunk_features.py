@@ -15,7 +15,7 @@ and that is taken over the chunk alone because each chunk is augmented on its ow
 
 The same :class:`ChunkFbank` serves the training data (:class:`PerChunkFeatures`, used by
 :class:`asr.data.AsrDataset` with ``data.feature_chunk_seconds``) and streaming
-inference (``llm_ctc.streaming_recognizer``), so a chunk's training features are the
+inference (``llm_ctc.streaming.recognizer``), so a chunk's training features are the
 recognizer's for the same audio.
 """
 

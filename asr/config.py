@@ -33,19 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
+from asr.decode_methods import DEFAULT_METHODS, method_of
+
 PathLike = Union[str, Path]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SECTIONS = ("model", "optim", "data", "train", "decode")
-DECODING_METHODS = ("ctc-greedy-search", "ctc-prefix-beam-search")
-# Decoding by autoregressive generation (LLM-CE, paper Sec. 4.1): for models with
-# ``generate_ids`` (asr.family); decode.beam is the generation beam.
-GENERATION_METHODS = ("llm-greedy-search", "llm-beam-search")
-# Streaming CTC decoding chunk by chunk with a bounded KV cache (LLM-CTC, paper Sec. 4.3):
-# for models with ``streaming_ids``; one setting per decode.history_seconds value.
-STREAMING_METHODS = ("ctc-streaming-greedy-search", "ctc-streaming-prefix-beam-search")
-ALL_DECODING_METHODS = DECODING_METHODS + GENERATION_METHODS + STREAMING_METHODS
-
 # Model families: name -> (model section class, optim section class, the module that
 # builds model and optimizer; see asr.family). The classes' modules import the standard
 # library only.
@@ -193,7 +186,7 @@ class DecodeOptions:
     iter: str = "0"
     avg: int = 1
     use_averaged_model: bool = True
-    methods: Tuple[str, ...] = DECODING_METHODS
+    methods: Tuple[str, ...] = DEFAULT_METHODS  # names of asr.decode_methods.METHODS
     beam: int = 4  # prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2), hypotheses by llm-beam-search
     token_penalty: float = 0.0  # added per emitted token (paper App. D.3-D.4: 0.3 or 0.7 for LLM-CTC)
     test_cuts: str = ""  # comma-separated manifests, or NAME=PATH items
@@ -206,10 +199,10 @@ class DecodeOptions:
     def __post_init__(self) -> None:
         self.methods = tuple(dict.fromkeys(self.methods))
         for method in self.methods:
-            if method not in ALL_DECODING_METHODS:
-                raise ValueError(f"decode.methods: unknown method {method!r}; valid: {list(ALL_DECODING_METHODS)}")
+            method_of(method)
         if not self.methods:
-            raise ValueError(f"decode.methods is empty; valid: {list(ALL_DECODING_METHODS)}")
+            raise ValueError(f"decode.methods is empty; valid: {list(DEFAULT_METHODS)} and the others of "
+                             "asr.decode_methods.METHODS")
         if self.epoch != "last" and not _is_count(self.epoch, minimum=1):
             raise ValueError(f"decode.epoch must be a positive number or 'last', got {self.epoch!r}")
         if self.iter != "last" and not _is_count(self.iter, minimum=0):
@@ -420,5 +413,4 @@ def parse_value(raw: str, kind: str, name: str) -> Any:
 
 
 __all__ = ["RunConfig", "DataOptions", "TrainOptions", "DecodeOptions", "load_run_config", "build_section",
-           "STREAMING_METHODS",
            "parse_value", "family_config_classes", "FAMILIES", "SECTIONS", "CHANGEABLE_ON_RESUME", "PathLike"]

@@ -74,6 +74,13 @@ def normalize_gigaspeech_text(text: str) -> str:
     return " ".join(word for word in words if word not in GIGASPEECH_NON_SCORING_WORDS)
 
 
+# decode.text_normalization -> the normalizer applied to references and hypotheses before scoring.
+TEXT_NORMALIZERS: Dict[str, Optional[Callable[[str], str]]] = {
+    "none": None,
+    "gigaspeech": normalize_gigaspeech_text,
+}
+
+
 def to_characters(words: Sequence[str]) -> List[str]:
     """The characters of a word sequence, whitespace removed (CER units)."""
     return [char for char in "".join(words) if not char.isspace()]

@@ -23,8 +23,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-import re
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
@@ -34,7 +33,6 @@ from asr.checkpoint import (
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     load_checkpoint,
-    read_checkpoint_entry,
     remove_old_checkpoints,
     restore_rng_state,
     save_checkpoint,
@@ -50,7 +48,7 @@ from asr.data import (
     resumable_sampler_state,
 )
 from asr.config import CHANGEABLE_ON_RESUME, RunConfig, TrainOptions, load_run_config
-from asr.family import load_lexicon_of
+from asr.family import load_family
 from asr.tokenizer import Tokenizer
 from asr.train_helpers import (
     Distributed,
@@ -70,6 +68,7 @@ from asr.train_step import (
 )
 from asr.train_zero1 import consolidate
 from asr.trainee import build_trainee, seed_everything
+from asr.weights import newest_checkpoint
 
 
 @dataclass
@@ -126,11 +125,11 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     seed_everything(options.seed)
 
     # Data. The lexicon (train.lang_dir's, or the family's own) decides the model's output classes.
-    tokenizer = load_lexicon_of(config.family, config.model, options.lang_dir)
+    tokenizer = load_family(config.family).tokenizer(config.model, options.lang_dir)
     config.model = with_lexicon_size(config.model, tokenizer)
     trainee = build_trainee(config, dist.device, tokenizer.vocab_size, tokenizer.blank_id, dist.world_size,
                             dist.local_rank)
-    model, optimizer, scheduler = trainee.model, trainee.optimizer, trainee.scheduler
+    model, scheduler = trainee.model, trainee.scheduler
     train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
@@ -174,7 +173,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         logging.info("done: %d batches; no validation ran (it runs at the end of an epoch and every "
                      "train.valid_interval = %d batches)", state.batch_idx_train, options.valid_interval)
     if dist.world_size > 1:
-        del run, trainee, optimizer, scheduler, model, model_avg
+        del run, trainee, scheduler, model, model_avg
         leave_distributed()
 
 
@@ -327,20 +326,7 @@ def checkpoint_to_resume(options: TrainOptions) -> Optional[Path]:
         return epoch_checkpoint_path(options.exp_dir, options.start_epoch - 1)
     if not options.auto_resume:
         return None
-    candidates = [(position, path) for path in Path(options.exp_dir).glob("*.pt")
-                  if (position := checkpoint_position(path)) is not None]
-    return max(candidates)[1] if candidates else None
-
-
-def checkpoint_position(path: Path) -> Optional[Tuple[int, int]]:
-    """Where a checkpoint stands in training, comparable between epoch and batch checkpoints
-    (the global batch count it holds, an epoch checkpoint after a batch one of the same
-    count), or None for another file."""
-    match = re.fullmatch(r"(epoch|checkpoint)-(\d+)\.pt", path.name)
-    if match is None:
-        return None
-    batch_count = read_checkpoint_entry(path, "batch_idx_train")
-    return (int(batch_count), 1 if match.group(1) == "epoch" else 0)
+    return newest_checkpoint(options.exp_dir)
 
 
 def resume(run: Run) -> TrainingState:

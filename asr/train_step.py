@@ -89,14 +89,12 @@ def accumulate_gradients(trainee: Trainee, batch: dict, targets: List[List[int]]
     device, model = trainee.device, trainee.model
     features = batch["features"].to(device)
     feature_lens = batch["feature_lens"].to(device)
-    if hasattr(model, "set_batch_count"):
-        model.set_batch_count(update * trainee.schedule_units_per_batch)
-    if hasattr(model, "set_batch_index"):
-        # Randomness keyed by the update (streaming LLM-CTC's history): one draw per update,
-        # as for the concatenated batch.
-        model.set_batch_index(update)
+    # Schedules driven by the duration-adjusted batch count, and randomness keyed by the
+    # update (one draw per update, as for the concatenated batch).
+    model.start_update(update, update * trainee.schedule_units_per_batch)
     trained_model = trainee.trained_model
-    no_sync = trained_model.no_sync() if not sync and hasattr(trained_model, "no_sync") else contextlib.nullcontext()
+    distributed = trained_model is not model  # the DDP wrapper
+    no_sync = trained_model.no_sync() if not sync and distributed else contextlib.nullcontext()
     with no_sync:
         with autocast_context(trainee.precision, device):
             loss, stats = trained_model(features, feature_lens, targets, return_stats=True)

@@ -2,26 +2,29 @@
 frozen native vocabulary head, trained with Pruned CTC; and the LLM-CE baseline
 (Sec. 4.1). Needs the ``llm`` extra (transformers, peft).
 
-What a trainer or decoder uses (both models)::
+Both models are :class:`asr.family.Recognizer` models, as the toolkit's trainer and
+decoder use them::
 
     from llm_ctc import LLMASRConfig, build_model
     model = build_model(LLMASRConfig(llm="Qwen/Qwen3-0.6B", encoder_type="zipformer",
                                      encoder_path="exp/zipformer/epoch-30.pt"))
     targets = model.encode_texts(texts)              # lowercased LLM token ids
-    loss, stats = model.loss(features, feature_lens, targets)
+    loss, stats = model(features, feature_lens, targets, return_stats=True)
+    loss, counts = model.loss(features, feature_lens, targets)  # with counts for logging
     groups = model.parameter_groups(weight_decay=0.1)  # AdamW
-    state = model.trainable_state_dict()              # LoRA, projector, q, eta only
-    model.load_trainable_state_dict(state)
-    model.merge_lora()                                # for inference
+    state = model.checkpoint_state_dict()             # LoRA, projector, q, eta only
+    model.load_checkpoint_state_dict(state)
+    model.prepare_for_decoding()                      # LoRA merged, for inference
 
-LLM-CTC decoding: ``model.ctc_log_probs(features, feature_lens)`` or
-:func:`llm_ctc.decoding.recognize`; LLM-CE: ``model.generate(features, feature_lens,
-beam=4)``. Checkpoints: :mod:`llm_ctc.checkpoint`.
+LLM-CTC decoding: ``model.log_probs(features, feature_lens)`` or
+:func:`llm_ctc.decoding.recognize`; LLM-CE: ``model.generate_ids(features, feature_lens,
+beam=4)``. Checkpoints of one model: :mod:`llm_ctc.checkpoint`; the builder: :mod:`llm_ctc.build`.
 
-Streaming LLM-CTC (Sec. 4.3): training ``llm_ctc.streaming.streaming_training_loss(model,
-features, feature_lens, targets, h)`` with ``h = sample_history(generator)`` per
-microbatch (8 for validation); inference ``llm_ctc.streaming_recognizer.StreamingRecognizer``
-(or ``recognize_streaming`` for a batch) and ``python -m llm_ctc.stream``.
+Streaming LLM-CTC (Sec. 4.3, :mod:`llm_ctc.streaming`): ``model.streaming: true`` builds
+:class:`llm_ctc.streaming.model.StreamingLLMCTCModel`, whose loss draws the history h per
+update (8 s in evaluation); inference chunk by chunk with
+:class:`llm_ctc.streaming.recognizer.StreamingRecognizer` (``recognize_streaming`` for a
+batch) and ``python -m llm_ctc.streaming.stream``.
 """
 
 from llm_ctc.config import LLMASRConfig
@@ -32,7 +35,11 @@ __all__ = ["LLMASRConfig", "build_model", "load_model_checkpoint", "save_model_c
 def __getattr__(name: str):
     # Imported on first use: reading a run's configuration (asr.config imports
     # llm_ctc.config through this package) must not import torch or transformers.
-    if name in ("build_model", "load_model_checkpoint", "save_model_checkpoint"):
+    if name == "build_model":
+        from llm_ctc.build import build_model
+
+        return build_model
+    if name in ("load_model_checkpoint", "save_model_checkpoint"):
         from llm_ctc import checkpoint
 
         return getattr(checkpoint, name)

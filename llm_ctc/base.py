@@ -1,10 +1,10 @@
 """Parts shared by LLM-CTC and LLM-CE: frozen speech encoder, trainable projector,
 pretrained LLM backbone with LoRA, frozen LLM head, the LLM's tokenizer.
 
-What a trainer needs from either model: :meth:`SpeechLLM.trainable_state_dict` /
-:meth:`SpeechLLM.load_trainable_state_dict` (only LoRA, projector, query, blank
-offset: the frozen parts are rebuilt from the config), :meth:`SpeechLLM.parameter_groups`
-and :meth:`SpeechLLM.merge_lora` for inference.
+Both are :class:`asr.family.Recognizer` models; what they share of the contract lives here:
+output lengths (the encoder's, then the projector's), checkpoints that hold only the
+trainable parameters (LoRA, projector, query, blank offset: the frozen parts are rebuilt
+from the config), LoRA merged before decoding, and the AdamW parameter groups.
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ import logging
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from asr.family import FrameCount, Recognizer
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.encoders import build_speech_encoder
 from llm_ctc.language_model import add_lora, is_lora_wrapped, load_pretrained_lm, load_tokenizer
 from llm_ctc.projector import MLPProjector, build_projector
 
 
-class SpeechLLM(nn.Module):
+class SpeechLLM(Recognizer):
     """Encoder -> projector -> LLM backbone. ``tokenizer``: an already loaded tokenizer
     of ``config.tokenizer_path`` (loaded from there when None)."""
 
@@ -101,14 +102,18 @@ class SpeechLLM(nn.Module):
     def projector_dtype(self) -> torch.dtype:
         return next(self.projector.parameters()).dtype
 
-    # --- training interface -----------------------------------------------------
+    # --- the toolkit's contract (asr.family.Recognizer) ---------------------------
 
-    def trainable_state_dict(self) -> Dict[str, Tensor]:
+    def output_lengths(self, num_feature_frames: FrameCount) -> FrameCount:
+        """LLM speech positions T_n for a number of feature frames (an int or a tensor)."""
+        return self.projector.output_lengths(self.encoder.output_lengths(num_feature_frames))
+
+    def checkpoint_state_dict(self) -> Dict[str, Tensor]:
         """Only the parameters that train (LoRA, projector, query, blank offset)."""
         return {name: value.detach().clone() for name, value in self.named_parameters() if value.requires_grad}
 
-    def load_trainable_state_dict(self, state: Mapping[str, Tensor]) -> None:
-        """Inverse of :meth:`trainable_state_dict`; the names must match exactly."""
+    def load_checkpoint_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Inverse of :meth:`checkpoint_state_dict`; the names must match exactly."""
         own = {name: value for name, value in self.named_parameters() if value.requires_grad}
         missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
         if missing or unexpected:
@@ -133,8 +138,9 @@ class SpeechLLM(nn.Module):
         return [{"params": decay, "weight_decay": weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
 
-    def merge_lora(self) -> None:
-        """Fold LoRA into the base weights for inference (peft ``merge_and_unload``)."""
+    def prepare_for_decoding(self) -> None:
+        """Fold LoRA into the base weights for inference (peft ``merge_and_unload``): one
+        matrix product per layer again."""
         if is_lora_wrapped(self.llm):
             self.llm = self.llm.merge_and_unload()
             for parameter in self.llm.parameters():

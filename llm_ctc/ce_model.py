@@ -9,11 +9,13 @@ alone, never over the whole (N, S) sequence, one block of head rows at a time
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from asr.decode_methods import CTC_SEARCH, GENERATION
+from asr.family import LossStats, NotDecodableBy, NothingExcluded
 from llm_ctc.base import SpeechLLM
 from llm_ctc.ce_loss import frozen_head_cross_entropy
 from llm_ctc.config import LLMASRConfig
@@ -40,6 +42,10 @@ def chat_template_parts(tokenizer, user_text: str) -> Tuple[List[int], List[int]
 
 
 class LLMCEModel(SpeechLLM):
+    """Decoded by generation (:meth:`generate_ids`), not by CTC search."""
+
+    decoding = frozenset({GENERATION})
+
     def __init__(self, config: LLMASRConfig, tokenizer=None) -> None:
         if config.objective != "ce":
             raise ValueError(f"LLMCEModel needs model.objective 'ce', got {config.objective!r}")
@@ -93,11 +99,17 @@ class LLMCEModel(SpeechLLM):
         valid = torch.arange(labels.shape[1], device=self.device)[None, :] <= token_lens[:, None]
         return rows[valid], labels[valid]
 
-    def forward(self, features: Tensor, feature_lens: Tensor, targets) -> Tuple[Tensor, Dict[str, Any]]:
-        return self.loss(features, feature_lens, targets)
+    def forward(self, features: Tensor, feature_lens: Tensor, targets,
+                return_stats: bool = False) -> Union[Tensor, Tuple[Tensor, LossStats]]:
+        """The summed cross-entropy of :meth:`loss`; it keeps every utterance."""
+        loss, _ = self.loss(features, feature_lens, targets)
+        return (loss, NothingExcluded.of_batch(features)) if return_stats else loss
 
-    def generate(self, features: Tensor, feature_lens: Tensor, beam: Optional[int] = None,
-                 use_cache: bool = True) -> List[List[int]]:
+    def log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        raise NotDecodableBy(self, CTC_SEARCH)
+
+    def generate_ids(self, features: Tensor, feature_lens: Tensor, beam: Optional[int] = None,
+                     use_cache: bool = True) -> List[List[int]]:
         """Token ids per utterance (EOS removed): greedy when ``beam`` is None, else beam
         search with ``config.length_penalty`` (App. D.2: beam 4, 1.0); stops at EOS or
         ``config.max_new_tokens``. Utterances are decoded one at a time (batch 1, as the

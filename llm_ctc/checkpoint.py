@@ -12,24 +12,14 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from llm_ctc.build import build_model
 from llm_ctc.config import LLMASRConfig
 
 PathLike = Union[str, Path]
 
 
-def build_model(config: LLMASRConfig, tokenizer=None):
-    """LLM-CTC or LLM-CE, as ``config.objective`` says."""
-    if config.objective == "ctc":
-        from llm_ctc.model import LLMCTCModel
-
-        return LLMCTCModel(config, tokenizer=tokenizer)
-    from llm_ctc.ce_model import LLMCEModel
-
-    return LLMCEModel(config, tokenizer=tokenizer)
-
-
 def checkpoint_contents(model, extra: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-    contents = {"config": {"model": model.config.to_dict()}, "trainable": model.trainable_state_dict()}
+    contents = {"config": {"model": model.config.to_dict()}, "trainable": model.checkpoint_state_dict()}
     if extra:
         clashing = set(extra) & set(contents)
         if clashing:
@@ -58,5 +48,5 @@ def load_model_checkpoint(path: PathLike, tokenizer=None, map_location: str = "c
         raise ValueError(f"{path} is not an LLM-CTC/LLM-CE checkpoint (expected 'config'/'model' and "
                          "'trainable' entries)")
     model = build_model(LLMASRConfig.from_dict(checkpoint["config"]["model"]), tokenizer=tokenizer)
-    model.load_trainable_state_dict(checkpoint["trainable"])
+    model.load_checkpoint_state_dict(checkpoint["trainable"])
     return model

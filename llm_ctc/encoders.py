@@ -6,16 +6,18 @@ evaluation mode: dropout and the Zipformer's stochastic schedules off, App. D.4)
 Frames beyond an utterance's length are zero, so that a padded batch and per-utterance
 runs give the same projector input.
 
-Adding an encoder: subclass :class:`SpeechEncoder` (``output_dim``, ``feature_dim``,
-``encode``, and ``output_lengths`` for the frame count the trainer's filters need), add a
+Adding an encoder: subclass :class:`SpeechEncoder` (``output_dim``, ``feature_dim``, and
+the abstract ``encode`` and ``output_lengths``, the frame count the trainer's filters
+need), add a
 builder to :data:`ENCODER_BUILDERS` and its name to ``llm_ctc.config.ENCODER_TYPES``.
 """
 
 from __future__ import annotations
 
+import abc
 import logging
 from pathlib import Path
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -27,7 +29,10 @@ def zero_beyond_lengths(values: Tensor, lengths: Tensor) -> Tensor:
     return values * valid.unsqueeze(-1).to(values.dtype)
 
 
-class SpeechEncoder(nn.Module):
+FrameCount = Union[int, Tensor]
+
+
+class SpeechEncoder(nn.Module, metaclass=abc.ABCMeta):
     """Base class: frozen, evaluation mode whatever ``train()`` says."""
 
     output_dim: int
@@ -42,8 +47,13 @@ class SpeechEncoder(nn.Module):
         # A frozen encoder stays in evaluation mode even when the whole model trains.
         return super().train(False)
 
+    @abc.abstractmethod
     def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        raise NotImplementedError
+        """Embeddings (N, T', D_enc) and T' (N,) of features (N, T, F) and lengths (N,)."""
+
+    @abc.abstractmethod
+    def output_lengths(self, num_frames: FrameCount) -> FrameCount:
+        """T' for ``num_frames`` feature frames (an int or a tensor), without running the encoder."""
 
     def forward(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
         if features.dim() != 3 or features.shape[2] != self.feature_dim:
@@ -89,6 +99,11 @@ class ZipformerSpeechEncoder(SpeechEncoder):
         out, out_lens = self.zipformer(features.to(dtype), feature_lens)
         return out, out_lens
 
+    def output_lengths(self, num_frames: FrameCount) -> FrameCount:
+        from zipformer.encoder import encoder_output_lengths
+
+        return encoder_output_lengths(num_frames)
+
 
 class Qwen3ASRSpeechEncoder(SpeechEncoder):
     """The audio encoder of a Qwen3-ASR checkpoint through transformers' own classes:
@@ -129,6 +144,15 @@ class Qwen3ASRSpeechEncoder(SpeechEncoder):
         valid = torch.arange(out.shape[1], device=out.device)[None, :] < lengths[:, None]
         out[valid] = packed
         return out, lengths
+
+    def output_lengths(self, num_frames: FrameCount) -> FrameCount:
+        """Windows of ``window`` mel frames, each convolved on its own."""
+        as_tensor = torch.as_tensor(num_frames)
+        full, rest = as_tensor // self.window, as_tensor % self.window
+        post = self.audio_tower._post_cnn_length
+        lengths = full * post(torch.full_like(as_tensor, self.window)) + torch.where(
+            rest > 0, post(rest.clamp(min=1)), torch.zeros_like(rest))
+        return lengths if isinstance(num_frames, Tensor) else int(lengths)
 
 
 class SpearSpeechEncoder(SpeechEncoder):

@@ -14,6 +14,7 @@ from typing import Any, Dict, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from asr.family import LossStats
 from llm_ctc.base import SpeechLLM
 from llm_ctc.blank import head_with_blank, initial_blank_offset
 from llm_ctc.config import LLMASRConfig
@@ -104,13 +105,23 @@ class LLMCTCModel(SpeechLLM):
             "loss_stats": stats,  # pruned_ctc.LossStats (per-utterance exclusions, for asr.train)
         }
 
-    def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets) -> Tuple[Tensor, Dict[str, Any]]:
-        return self.loss(features, feature_lens, targets)
+    def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets,
+                return_stats: bool = False) -> Union[Tensor, Tuple[Tensor, LossStats]]:
+        """The summed loss of :meth:`loss` (and its per-utterance exclusions)."""
+        loss, info = self.loss(features, feature_lens, targets)
+        return (loss, info["loss_stats"]) if return_stats else loss
 
-    def ctc_log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+    def log_probs(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """Full-head log-probabilities (N, T_n max, V) in float32 and T_n, for decoding."""
         states, lens = self.ctc_states(features, feature_lens)
         return self.log_probs_of_states(states), lens
+
+    def best_frame_ids(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
+        """The argmax class of every readout frame (N, T_n max) and T_n, without the
+        (N, T_n max, V) log-softmax (:func:`llm_ctc.decoding.best_frame_ids`)."""
+        from llm_ctc.decoding import best_frame_ids
+
+        return best_frame_ids(self, features, feature_lens)
 
     def log_probs_of_states(self, states: Tensor) -> Tensor:
         logits = head_logits(states, self.head_weight, self.head_bias(), self.config.head_chunk_size)

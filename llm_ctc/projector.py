@@ -43,6 +43,10 @@ class StackingProjector(nn.Module):
         out = self.linear2(torch.relu(self.linear1(stacked)))
         return zero_beyond_lengths(out, out_lens), out_lens
 
+    def output_lengths(self, num_frames):
+        """ceil(T / stack) for an int or a tensor of frame counts."""
+        return (num_frames + self.stack - 1) // self.stack
+
 
 class MLPProjector(nn.Module):
     """Frame by frame: T' = T."""
@@ -55,6 +59,9 @@ class MLPProjector(nn.Module):
     def forward(self, frames: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
         out = self.linear2(nn.functional.gelu(self.linear1(frames)))
         return zero_beyond_lengths(out, lengths), lengths
+
+    def output_lengths(self, num_frames):
+        return num_frames
 
     def load_qwen3_asr_projector(self, state: Dict[str, Tensor]) -> None:
         """Start from a Qwen3-ASR checkpoint's projector (``linear_1``, ``linear_2``)."""

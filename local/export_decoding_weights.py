@@ -18,10 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 from asr.atomic_io import torch_save_atomically
-from asr.averaging import weights_for_decoding
 from asr.checkpoint import CHECKPOINT_FORMAT_VERSION, read_checkpoint_entry
-from asr.config import RunConfig
-from asr.decode import choose_weights, newest_checkpoint
+from asr.weights import choose_weights, explicit_choice, saved_run_config
 
 
 def main(argv: Sequence[str] = None) -> None:
@@ -34,13 +32,9 @@ def main(argv: Sequence[str] = None) -> None:
         print(f"export: {args.out} exists, skipping")
         return
     try:
-        if not args.exp_dir.is_dir():
-            raise FileNotFoundError(f"exp_dir: experiment folder not found: {args.exp_dir}")
-        saved = RunConfig.from_dict(read_checkpoint_entry(newest_checkpoint(args.exp_dir), "config"), args.overrides)
+        saved = saved_run_config(args.exp_dir, explicit_choice(args.overrides))
         weights = choose_weights(args.exp_dir, saved.decode)
-        options = saved.decode
-        state = weights_for_decoding(args.exp_dir, epoch=weights.epoch, iteration=weights.iteration,
-                                     avg=options.avg, use_averaged_model=options.use_averaged_model)
+        state = weights.state_dict()
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     chosen = read_checkpoint_entry(weights.paths[-1], "config")

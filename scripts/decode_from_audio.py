@@ -22,13 +22,12 @@ from pathlib import Path
 import torch
 from lhotse import Fbank, FbankConfig
 
+from asr.config import DecodeOptions, build_section
 from asr.cut_filters import cut_text
 from asr.data import load_cuts_lazy
-from asr.config import RunConfig
-from asr.decode import load_lexicon
-from zipformer.export_onnx import load_model
 from asr.scoring import save_results
 from asr.search import ctc_greedy_search
+from asr.weights import load_trained_model
 
 
 def main() -> None:
@@ -42,10 +41,11 @@ def main() -> None:
     parser.add_argument("--test-cuts", required=True)
     parser.add_argument("--result-dir", required=True)
     args = parser.parse_args()
-    args.checkpoint, args.entry = None, "model"
     torch.set_num_threads(1)
-    model, config, suffix = load_model(args)
-    tokenizer = load_lexicon(config["train"]["lang_dir"], RunConfig.from_dict(config))
+    choice = {"epoch": args.epoch, "iter": args.iter, "avg": args.avg, "use_averaged_model": args.use_averaged_model}
+    options = build_section(DecodeOptions, {}, [f"{k}={v}" for k, v in choice.items() if v is not None], "decode")
+    trained = load_trained_model(args.exp_dir, options)
+    model, tokenizer, suffix = trained.model, trained.tokenizer, trained.weights.suffix
     extractor = Fbank(FbankConfig(num_mel_bins=80))
     results, audio_seconds, busy = [], 0.0, 0.0
     for cut in load_cuts_lazy(args.test_cuts, "--test-cuts"):

@@ -25,7 +25,7 @@ from llm_rtf_support import PAPER_PRECISION, apply_precision
 
 
 def load(checkpoint: Path, entry: str, paper_precision: bool):
-    from llm_ctc.checkpoint import build_model
+    from llm_ctc.build import build_model
     from llm_ctc.config import LLMASRConfig
 
     contents = torch.load(checkpoint, map_location="cpu", weights_only=False)
@@ -38,8 +38,8 @@ def load(checkpoint: Path, entry: str, paper_precision: bool):
     if paper_precision:
         config.llm_dtype = PAPER_PRECISION["llm_dtype"]
     model = build_model(config)
-    model.load_trainable_state_dict(state)
-    model.merge_lora()
+    model.load_checkpoint_state_dict(state)
+    model.prepare_for_decoding()
     model.eval()
     if paper_precision:
         apply_precision(model, argparse.Namespace(device="cpu", **PAPER_PRECISION))
@@ -53,7 +53,7 @@ def recognize(model, utterance) -> str:
             from llm_ctc.decoding import recognize as ctc_recognize
 
             return ctc_recognize(model, features, lengths)[1][0]
-        return model.decode_ids(model.generate(features, lengths)[0])
+        return model.decode_ids(model.generate_ids(features, lengths)[0])
 
 
 def word_errors(reference: str, hypothesis: str) -> int:

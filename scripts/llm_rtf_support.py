@@ -126,12 +126,13 @@ def recognize_ctc(model, utterance, device: str) -> tuple[str, int]:
 
 def recognize_ctc_by_log_softmax(model, utterance, device: str) -> tuple[str, int]:
     """The greedy path before the argmax one: (T, V) log-probabilities, then search."""
-    from llm_ctc.decoding import LLMTokenizer, search
+    from asr.decode_methods import ctc_search
+    from llm_ctc.tokenizer import LLMTokenizer
 
     features, lengths = batch_of([utterance])
     with torch.inference_mode():
-        log_probs, frames = model.ctc_log_probs(features.to(device), lengths.to(device))
-    ids = search(log_probs, frames, model.blank_id)
+        log_probs, frames = model.log_probs(features.to(device), lengths.to(device))
+    ids = ctc_search("ctc-greedy-search", log_probs, frames, model.blank_id)
     tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
     return tokenizer.decode_batch(ids)[0], 0
 
@@ -140,5 +141,5 @@ def recognize_ce(model, utterance, device: str, token_limit: int) -> tuple[str, 
     """Greedy generation with the KV cache, at most ``token_limit`` steps, detokenization."""
     features, lengths = batch_of([utterance])
     model.config.max_new_tokens = token_limit
-    (ids,) = model.generate(features.to(device), lengths.to(device))
+    (ids,) = model.generate_ids(features.to(device), lengths.to(device))
     return model.decode_ids(ids), len(ids)

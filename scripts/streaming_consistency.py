@@ -30,8 +30,8 @@ import torch
 
 from benchmark_support import provenance_lines, write_csv, write_text
 from llm_ctc.head import head_logits
-from llm_ctc.streaming import CachedStreamingLLM, parallel_query_states
-from llm_ctc.streaming_layout import Qwen3ASRGrid, feature_chunk_frames, utterance_layout
+from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states
+from llm_ctc.streaming.layout import Qwen3ASRGrid, feature_chunk_frames, utterance_layout
 
 CONDITIONS = [("eager", torch.float32), ("eager", torch.bfloat16), ("sdpa", torch.float32), ("sdpa", torch.bfloat16)]
 

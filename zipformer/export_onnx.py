@@ -37,9 +37,8 @@ import torch
 from torch import Tensor, nn
 
 from asr.atomic_io import atomic_output
-from asr.averaging import weights_for_decoding
-from asr.config import DecodeOptions, build_section, load_run_config, parse_value, section_to_dict
-from asr.decode import choose_weights
+from asr.config import DecodeOptions, build_section, load_run_config, parse_value
+from asr.weights import choose_weights, explicit_choice
 from zipformer.encoder import MIN_INPUT_FRAMES
 from zipformer.model import CTCModel
 from zipformer.presets import config_from_dict
@@ -262,8 +261,9 @@ def export_model(model: CTCModel, token_entries: Sequence[Tuple[str, int]], outp
 
 # ----------------------------------------------------------------------------- command
 
-def load_model(args: argparse.Namespace) -> Tuple[CTCModel, dict, str]:
-    """(model with the chosen weights, training configuration, checkpoint suffix)."""
+def load_model(args: argparse.Namespace) -> Tuple[CTCModel, dict, str, Path]:
+    """(model with the chosen weights, training configuration, checkpoint suffix, the
+    folder of the weights: the experiment folder or the checkpoint's)."""
     if args.checkpoint:
         path = Path(args.checkpoint)
         if not path.is_file():
@@ -273,28 +273,26 @@ def load_model(args: argparse.Namespace) -> Tuple[CTCModel, dict, str]:
         if not config or "model" not in config or checkpoint.get(args.entry) is None:
             raise ValueError(f"--checkpoint {path}: expected a checkpoint of asr.train with a "
                              f"'config' and a '{args.entry}' entry")
-        weights, suffix = checkpoint[args.entry], path.stem
+        weights, suffix, folder = checkpoint[args.entry], path.stem, path.parent
     else:
         # The checkpoint choice of asr.decode (decode.epoch/iter/avg/use_averaged_model): from
         # the decode section of --config, else the defaults, with the flags on top.
         flags = {"epoch": args.epoch, "iter": args.iter, "avg": args.avg, "use_averaged_model": args.use_averaged_model}
         flags = [f"{k}={v}" for k, v in flags.items() if v is not None]
+        exp_dir = args.exp_dir
         if args.config is not None:
-            run = load_run_config(args.config, args.overrides)
-            args.exp_dir = args.exp_dir or run.train.exp_dir
-            options = build_section(DecodeOptions, section_to_dict(run.decode), flags, "decode")
+            run = load_run_config(args.config, explicit_choice(args.overrides + [f"decode.{f}" for f in flags]))
+            exp_dir = exp_dir or run.train.exp_dir
+            options = run.decode
         else:
             options = build_section(DecodeOptions, {}, flags, "decode")
-        if not args.exp_dir:
+        if not exp_dir:
             raise ValueError("give --exp-dir (with --epoch/--iter, --avg), --config or --checkpoint")
-        chosen = choose_weights(Path(args.exp_dir), options)
-        config = chosen.saved.to_dict()
-        weights = weights_for_decoding(args.exp_dir, epoch=chosen.epoch, iteration=chosen.iteration, avg=options.avg,
-                                       use_averaged_model=options.use_averaged_model)
-        suffix = chosen.suffix
+        chosen = choose_weights(exp_dir, options)
+        config, weights, suffix, folder = chosen.saved.to_dict(), chosen.state_dict(), chosen.suffix, Path(exp_dir)
     model = CTCModel(config_from_dict(config["model"]))
     model.load_state_dict(weights)
-    return model.eval(), config, suffix
+    return model.eval(), config, suffix, folder
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Path]:
@@ -303,14 +301,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Path]:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", force=True)
     logger.setLevel(logging.INFO)
     try:
-        model, config, suffix = load_model(args)
+        model, config, suffix, folder = load_model(args)
         if args.tokens:
             token_entries, source = read_token_table(Path(args.tokens)), args.tokens
         else:
             lang_dir = Path(args.lang_dir or config["train"]["lang_dir"])
             token_entries, source = token_table_of_lang_dir(lang_dir)
-        output_dir = Path(args.output_dir) if args.output_dir else Path(
-            args.exp_dir or Path(args.checkpoint).parent) / f"onnx-{suffix}"
+        output_dir = Path(args.output_dir) if args.output_dir else folder / f"onnx-{suffix}"
         paths = export_model(model, token_entries, output_dir, token_source=source, exporter=args.exporter,
                              opset=args.opset, int8=args.int8, model_author=args.model_author,
                              comment=args.comment)

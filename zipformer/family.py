@@ -1,6 +1,5 @@
-"""The Zipformer CTC family as the trainer and decoder of :mod:`asr` use it
-(see :mod:`asr.family` for the interface): the model from its ``model`` section, and
-ScaledAdam with the Eden schedule from its ``optim`` section."""
+"""The Zipformer CTC family (:class:`asr.family.Family`): the model from its ``model``
+section, and ScaledAdam with the Eden schedule from its ``optim`` section."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ from typing import Tuple
 
 import torch
 
+from asr.family import Family
 from zipformer.model import CTCModel, parameter_groups
 from zipformer.optim import Eden, ScaledAdam
 from zipformer.presets import ScaledAdamOptions, ZipformerConfig
@@ -26,3 +26,6 @@ def build_optimizer(model: torch.nn.Module, options: ScaledAdamOptions) -> Tuple
     scheduler = Eden(optimizer, lr_batches=options.lr_batches, lr_epochs=options.lr_epochs,
                      warmup_batches=options.warmup_batches, warmup_start=options.warmup_start)
     return optimizer, scheduler
+
+
+FAMILY = Family("zipformer", ZipformerConfig, ScaledAdamOptions, build_model, build_optimizer)

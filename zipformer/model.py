@@ -13,6 +13,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from asr.family import Recognizer
 from zipformer.encoder import ZipformerEncoder, encoder_output_lengths
 from zipformer.presets import ZipformerConfig
 from zipformer.scaling import set_batch_count
@@ -20,7 +21,7 @@ from zipformer.scaling import set_batch_count
 Targets = Union[Sequence[Sequence[int]], Tensor]
 
 
-class CTCModel(nn.Module):
+class CTCModel(Recognizer):
     """features (N, T, 80), feature_lens (N,) -> CTC loss or log-probs (N, T', V).
 
     T' = ((T - 7) // 2 + 1) // 2. ``config.loss`` chooses "pruned" (Pruned CTC) or
@@ -36,9 +37,10 @@ class CTCModel(nn.Module):
         self.dropout = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(config.output_dim, config.vocab_size)
 
-    def set_batch_count(self, batch_count: float) -> None:
-        """Drive the encoder's schedules (dropouts, skip rates, balancers), icefall's
-        ScheduledFloat (egs/librispeech/ASR/zipformer/scaling.py)."""
+    def start_update(self, update: int, batch_count: float) -> None:
+        """Drive the encoder's schedules (dropouts, skip rates, balancers) by the
+        duration-adjusted batch count, icefall's ScheduledFloat
+        (egs/librispeech/ASR/zipformer/scaling.py)."""
         set_batch_count(self, batch_count)
 
     def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
@@ -46,9 +48,8 @@ class CTCModel(nn.Module):
         encoder_out, encoder_out_lens = self.encoder(features, feature_lens)
         return encoder_out.float(), encoder_out_lens
 
-    def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets,
-                target_lengths: Optional[Tensor] = None,
-                return_stats: bool = False) -> Any:
+    def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets, return_stats: bool = False,
+                target_lengths: Optional[Tensor] = None) -> Any:
         """Summed CTC loss over the batch (a scalar; reduction "sum" as icefall).
 
         targets: a list of N token-id lists without blanks, or a padded (N, U) tensor with
@@ -72,8 +73,7 @@ class CTCModel(nn.Module):
             options["beam"] = None if math.isinf(self.config.beam) else self.config.beam
         return options
 
-    @staticmethod
-    def output_lengths(num_frames):
+    def output_lengths(self, num_frames):
         """Model frames (T') for ``num_frames`` feature frames, an int or a tensor."""
         return encoder_output_lengths(num_frames)
 

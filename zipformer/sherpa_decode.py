@@ -29,8 +29,8 @@ import numpy as np
 from asr.config import load_run_config
 from asr.cut_filters import cut_text
 from asr.data import load_cuts_lazy
-from asr.decode import TEXT_NORMALIZERS, parse_test_sets
-from asr.scoring import Result, save_results
+from asr.test_sets import parse_test_sets
+from asr.scoring import TEXT_NORMALIZERS, Result, save_results
 
 SETTING = "sherpa-onnx-greedy-search"
 

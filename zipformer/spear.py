@@ -91,7 +91,7 @@ def differences_from_preset(config: ZipformerConfig, preset: str = SPEAR_PRESET)
 def load_spear_encoder(path: Path, feature_dim: int = SPEAR_FEATURE_DIM, weights: str = "model",
                        allow_pickle: bool = False) -> Tuple[ZipformerEncoder, ZipformerConfig]:
     """SPEAR's encoder from an icefall checkpoint, in evaluation mode."""
-    from zipformer.icefall_import import load_icefall_checkpoint, saved_training_args, select_weights
+    from zipformer.icefall_checkpoint import load_icefall_checkpoint, saved_training_args, select_weights
 
     path = resolve_checkpoint(Path(path))
     checkpoint = load_icefall_checkpoint(path, allow_pickle)

@@ -311,6 +311,6 @@ if run_stage 33 "Table 5 streaming: decode ${eval_sets[*]} with $table5_streamin
 fi
 
 if run_stage 34 "Table 5: offline and streaming WER side by side"; then
-  python -m llm_ctc.streaming_table --offline "$table5_offline" --streaming "$table5_streaming" \
+  python -m llm_ctc.streaming.table --offline "$table5_offline" --streaming "$table5_streaming" \
     --sets "${eval_sets[@]}"
 fi

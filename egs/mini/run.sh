@@ -152,7 +152,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   train_model
   decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $decode_args"
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
-  python -m llm_ctc.streaming_latency --config "$train_config" "${train_settings[@]}" \
+  python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
     --cuts "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" --seconds 60 --history 8 \
     --output-dir "$exp_dir/latency"
 fi

@@ -14,8 +14,9 @@ import torch
 from lhotse import CutSet, load_manifest
 
 from asr.averaging import make_averaged_model, update_averaged_model
-from asr.checkpoint import epoch_checkpoint_path, save_checkpoint
-from asr.decode import main, parse_test_sets
+from asr.checkpoint import epoch_checkpoint_path, iteration_checkpoint_path, save_checkpoint
+from asr.decode import main
+from asr.test_sets import parse_test_sets
 from zipformer.model import CTCModel
 from zipformer.presets import get_preset
 from asr.config import load_run_config
@@ -209,3 +210,23 @@ def test_test_set_names_come_from_manifest_names(tmp_path: Path) -> None:
         (tmp_path / name).write_text("")
     parsed = parse_test_sets(f"{tmp_path}/librispeech_cuts_test-clean.jsonl.gz, dev={tmp_path}/other.jsonl")
     assert [name for name, _ in parsed] == ["test-clean", "dev"]
+
+
+def test_an_explicit_epoch_wins_over_the_iteration_the_run_saved(corpus, tmp_path: Path) -> None:
+    """A run whose saved decode section names ``iter=last`` (as egs/mini's presets do):
+    --epoch 1 and --epoch 2 must decode those epochs, not the saved choice."""
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    write_epochs(corpus, exp_dir, overrides_of_epoch={2: ["decode.iter=last"], 1: ["decode.iter=last"]})
+    save_checkpoint(iteration_checkpoint_path(exp_dir, 8), model=CTCModel(run_config(corpus, exp_dir).model),
+                    config=run_config(corpus, exp_dir, "decode.iter=last").to_dict(), batch_idx_train=8, epoch=2)
+    for epoch in (1, 2):
+        decode(exp_dir, corpus["test"], "--epoch", str(epoch), "--avg", "1", "--use-averaged-model", "false",
+               "--method", "ctc-greedy-search")
+    first = exp_dir / "recogs-valid-ctc-greedy-search-epoch-1_avg-1.txt"
+    second = exp_dir / "recogs-valid-ctc-greedy-search-epoch-2_avg-1.txt"
+    assert first.is_file() and second.is_file()
+    assert not list(exp_dir.glob("recogs-*iter-*"))
+    # The two epochs' weights differ (write_epochs moves them), and so do the log-probs decoded.
+    weights = [torch.load(exp_dir / f"epoch-{e}.pt", weights_only=False)["model"] for e in (1, 2)]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

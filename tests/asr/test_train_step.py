@@ -7,6 +7,8 @@ from typing import List
 
 import pytest
 import torch
+
+from asr.family import Recognizer
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
@@ -18,7 +20,7 @@ from zipformer.optim import Eden, ScaledAdam
 FEATURE_DIM, HIDDEN, VOCAB = 6, 5, 7
 
 
-class LinearCTC(torch.nn.Module):
+class LinearCTC(Recognizer):
     """A family model without randomness: features -> linear -> tanh -> head -> summed
     CTC (exact: beam None), float64 throughout."""
 
@@ -30,17 +32,20 @@ class LinearCTC(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(VOCAB, dtype=torch.float64))
         self.batch_counts: List[float] = []
 
-    def set_batch_count(self, count: float) -> None:
-        self.batch_counts.append(count)
+    def start_update(self, update: int, batch_count: float) -> None:
+        self.batch_counts.append(batch_count)
 
     def forward(self, features, feature_lens, targets, return_stats=True):
         states = torch.tanh(features @ self.hidden.T)
         return pruned_ctc_loss(states, self.weight, self.bias, targets, feature_lens, beam=None,
                                reduction="sum", return_stats=return_stats)
 
-    @staticmethod
-    def output_lengths(frames):
+    def output_lengths(self, frames):
         return frames
+
+    def log_probs(self, features, feature_lens):
+        states = torch.tanh(features @ self.hidden.T)
+        return (states @ self.weight.T + self.bias).log_softmax(-1), feature_lens
 
 
 def microbatch(seed: int, utterances: int = 2, frames: int = 9) -> dict:

@@ -154,7 +154,7 @@ def test_streaming_hypotheses_are_the_checkpoint_decoded_chunk_by_chunk(recipe):
     from lhotse import load_manifest
 
     from asr.scoring import normalize_gigaspeech_text
-    from llm_ctc.streaming_latency import load_streaming_model
+    from llm_ctc.streaming.latency import load_streaming_model
 
     exp = _exp(recipe, "streaming")
     with contextlib.chdir(recipe["recipe"]):
@@ -165,11 +165,11 @@ def test_streaming_hypotheses_are_the_checkpoint_decoded_chunk_by_chunk(recipe):
         features_of = {cut.id: torch.from_numpy(cut.load_features()) for cut in cuts}
     assert suffix == SUFFIX
     recogs = _recogs(exp / f"recogs-test-{STREAMING_KEYS[0]}-{SUFFIX}.txt")
-    tokenizer = model.speech_llm.tokenizer
+    tokenizer = model.tokenizer
     for cut in cuts:
         features = features_of[cut.id]
         ids, largest = model.streaming_ids(features[None], torch.tensor([features.shape[0]]), 2,
-                                           "ctc-streaming-prefix-beam-search", beam=4, token_penalty=0.7)
+                                           "ctc-prefix-beam-search", beam=4, token_penalty=0.7)
         text = tokenizer.decode([i for i in ids[0] if i < len(tokenizer)], skip_special_tokens=True)
         assert recogs[cut.id][1] == normalize_gigaspeech_text(text).split()
         assert largest[0] <= model.cache_bound(2)

@@ -61,28 +61,28 @@ def test_loss_trains_lora_and_projector_only(ce_model):
 
 def test_greedy_with_and_without_kv_cache_gives_the_same_tokens(ce_model):
     features, lengths = random_features([90, 60], seed=14)
-    cached = ce_model.generate(features, lengths, use_cache=True)
-    uncached = ce_model.generate(features, lengths, use_cache=False)
+    cached = ce_model.generate_ids(features, lengths, use_cache=True)
+    uncached = ce_model.generate_ids(features, lengths, use_cache=False)
     assert cached == uncached
     assert all(len(tokens) == ce_model.config.max_new_tokens for tokens in cached)  # no EOS in 12 steps
 
 
 def test_greedy_stops_at_eos(ce_model):
     features, lengths = random_features([90], seed=14)
-    tokens = ce_model.generate(features, lengths)[0]
+    tokens = ce_model.generate_ids(features, lengths)[0]
     stop = next(i for i in range(1, len(tokens)) if tokens[i] not in tokens[:i])
     saved = ce_model.eos_id
     ce_model.eos_id = tokens[stop]
     try:
-        assert ce_model.generate(features, lengths)[0] == tokens[:stop]
-        assert ce_model.generate(features, lengths, beam=1)[0] == tokens[:stop]
+        assert ce_model.generate_ids(features, lengths)[0] == tokens[:stop]
+        assert ce_model.generate_ids(features, lengths, beam=1)[0] == tokens[:stop]
     finally:
         ce_model.eos_id = saved
 
 
 def test_beam_one_equals_greedy(ce_model):
     features, lengths = random_features([90, 60], seed=15)
-    assert ce_model.generate(features, lengths, beam=1) == ce_model.generate(features, lengths)
+    assert ce_model.generate_ids(features, lengths, beam=1) == ce_model.generate_ids(features, lengths)
 
 
 def test_beam_four_is_at_least_as_probable_as_greedy(ce_model):
@@ -98,8 +98,8 @@ def test_beam_four_is_at_least_as_probable_as_greedy(ce_model):
             log_probs = ce_model.head_logits(hidden).double().log_softmax(-1)
             return sum(log_probs[prefix.shape[0] - 1 + i, t].item() for i, t in enumerate(tokens))
 
-    greedy = ce_model.generate(features, lengths)[0]
-    beam = ce_model.generate(features, lengths, beam=4)[0]
+    greedy = ce_model.generate_ids(features, lengths)[0]
+    beam = ce_model.generate_ids(features, lengths, beam=4)[0]
     assert len(beam) == len(greedy) == ce_model.config.max_new_tokens
     assert summed_log_prob(beam) >= summed_log_prob(greedy) - 1e-6
 
@@ -108,7 +108,7 @@ def test_teacher_forcing_on_the_greedy_tokens_predicts_them(ce_model):
     # Training and generation must build the same sequence (template, speech, positions):
     # fed the greedy hypothesis, the loss's states choose each of its tokens again.
     features, lengths = random_features([90, 60], seed=17)
-    greedy = ce_model.generate(features, lengths)
+    greedy = ce_model.generate_ids(features, lengths)
     with torch.no_grad():
         states, labels = ce_model.teacher_forced_states(features, lengths, greedy)
         chosen = ce_model.head_logits(states).argmax(dim=-1)

@@ -26,8 +26,8 @@ def test_round_trip_gives_identical_outputs(trained_model, tmp_path, qwen3_token
     loaded = load_model_checkpoint(path, tokenizer=qwen3_tokenizer).eval()
     features, lengths = random_features([80, 64], seed=33)
     with torch.no_grad():
-        expected, expected_lens = trained_model.ctc_log_probs(features, lengths)
-        found, found_lens = loaded.ctc_log_probs(features, lengths)
+        expected, expected_lens = trained_model.log_probs(features, lengths)
+        found, found_lens = loaded.log_probs(features, lengths)
     assert torch.equal(found_lens, expected_lens)
     assert torch.equal(found, expected)
     assert loaded.blank_offset.item() == pytest.approx(1.7)
@@ -49,7 +49,7 @@ def test_checkpoint_holds_only_trainable_parameters(trained_model, tmp_path):
 def test_trainable_state_of_another_configuration_is_refused(trained_model, ctc_config, qwen3_tokenizer):
     other = LLMCTCModel(dataclasses.replace(ctc_config, readout="speech"), tokenizer=qwen3_tokenizer)
     with pytest.raises(KeyError, match="query"):
-        other.load_trainable_state_dict(trained_model.trainable_state_dict())
+        other.load_checkpoint_state_dict(trained_model.checkpoint_state_dict())
 
 
 def test_merged_lora_gives_the_same_outputs(ctc_config, qwen3_tokenizer):
@@ -61,10 +61,10 @@ def test_merged_lora_gives_the_same_outputs(ctc_config, qwen3_tokenizer):
         before, _ = model.ctc_states(features, lengths)
         with model.llm.disable_adapter():
             without_lora, _ = model.ctc_states(features, lengths)
-        model.merge_lora()
+        model.prepare_for_decoding()
         after, _ = model.ctc_states(features, lengths)
     assert not any("lora_" in name for name, _ in model.named_parameters())
-    assert set(model.trainable_state_dict()) == {"query", "blank_offset"} | {
+    assert set(model.checkpoint_state_dict()) == {"query", "blank_offset"} | {
         name for name, _ in model.projector.named_parameters(prefix="projector")}
     assert (before - without_lora).abs().max() > 1e-3  # LoRA really changes the output
     torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-5)

@@ -4,7 +4,9 @@ greedy search by the argmax of the head's logits, without the log-softmax."""
 import pytest
 import torch
 
-from llm_ctc.decoding import LLMTokenizer, best_frame_ids, head_argmax, recognize, search
+from asr.decode_methods import ctc_search
+from llm_ctc.decoding import best_frame_ids, head_argmax, recognize
+from llm_ctc.tokenizer import LLMTokenizer
 from references.ctc_reference import collapse
 from references.tiny_llm import QWEN3_HEAD_ROWS, random_features
 
@@ -46,7 +48,7 @@ def test_search_then_detokenize_recovers_the_text(method, llm_tokenizer):
         log_probs[n, :len(path)] = frames
         assert collapse(path, llm_tokenizer.blank_id) == ids[n]
     lengths = torch.tensor([len(path) for _, path in rows])
-    found = search(log_probs, lengths, llm_tokenizer.blank_id, method, beam=4)
+    found = ctc_search(method, log_probs, lengths, llm_tokenizer.blank_id, beam_size=4)
     assert found == ids
     assert llm_tokenizer.decode_batch(found) == [text.lower() for text in TEXTS]
 
@@ -60,7 +62,7 @@ def test_decode_drops_blank_unused_rows_and_special_tokens(llm_tokenizer, qwen3_
 def test_model_log_probs_are_the_full_head_softmax(ctc_model):
     features, lengths = random_features([100, 70], seed=21)
     with torch.no_grad():
-        log_probs, lens = ctc_model.ctc_log_probs(features, lengths)
+        log_probs, lens = ctc_model.log_probs(features, lengths)
         states, state_lens = ctc_model.ctc_states(features, lengths)
     assert log_probs.shape[2] == QWEN3_HEAD_ROWS and torch.equal(lens, state_lens)
     reference = (states.double() @ ctc_model.head_weight.double().t() + ctc_model.head_bias().double())
@@ -75,8 +77,8 @@ def test_model_log_probs_are_the_full_head_softmax(ctc_model):
 
 
 def test_unknown_method_is_an_error(llm_tokenizer):
-    with pytest.raises(ValueError, match="unknown CTC decoding method"):
-        search(torch.zeros(1, 2, 3), torch.tensor([2]), 0, "beam-search")
+    with pytest.raises(ValueError, match="unknown CTC search"):
+        ctc_search("beam-search", torch.zeros(1, 2, 3), torch.tensor([2]), 0)
 
 
 def toy_head(vocab=50, dim=8, seed=5):
@@ -118,22 +120,20 @@ def test_the_blank_offset_moves_frames_to_blank_before_the_argmax():
 def test_greedy_by_argmax_gives_the_log_softmax_hypotheses(ctc_model):
     features, lengths = random_features([120, 90, 60], seed=33)
     with torch.no_grad():
-        log_probs, lens = ctc_model.ctc_log_probs(features, lengths)
+        log_probs, lens = ctc_model.log_probs(features, lengths)
         frame_ids, frame_lens = best_frame_ids(ctc_model, features, lengths)
     assert torch.equal(frame_lens, lens)
     valid = torch.arange(log_probs.shape[1])[None, :] < lens[:, None]
     top2 = log_probs.topk(2, dim=-1).values
     assert (top2[..., 0] - top2[..., 1])[valid].min() > 1e-5  # ties excluded: one answer per frame
     assert torch.equal(frame_ids[valid], log_probs.argmax(-1)[valid])
-    expected = search(log_probs, lens, ctc_model.blank_id, "ctc-greedy-search")
+    expected = ctc_search("ctc-greedy-search", log_probs, lens, ctc_model.blank_id)
     assert recognize(ctc_model, features, lengths)[0] == expected
     assert any(expected) and frame_ids[valid].unique().numel() > 2
 
 
 def test_the_toolkit_decodes_greedy_by_argmax(ctc_model):
-    from llm_ctc.family import ToolkitLLMCTC
-
-    adapter = ToolkitLLMCTC(ctc_model)
+    adapter = ctc_model
     features, lengths = random_features([80, 64], seed=34)
     with torch.no_grad():
         frame_ids, lens = adapter.best_frame_ids(features, lengths)

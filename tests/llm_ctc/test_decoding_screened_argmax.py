@@ -96,10 +96,10 @@ def test_ce_greedy_with_the_screen_gives_the_same_tokens(ctc_config, tiny_untied
                                  lora_rank=0)
     model = LLMCEModel(config, tokenizer=qwen3_tokenizer).eval()
     features, lengths = random_features([90, 60], seed=17)
-    exact = model.generate(features, lengths)
+    exact = model.generate_ids(features, lengths)
     model.config.screened_argmax = True
-    assert model.generate(features, lengths) == exact
-    assert model.generate(features, lengths, use_cache=False) == exact
+    assert model.generate_ids(features, lengths) == exact
+    assert model.generate_ids(features, lengths, use_cache=False) == exact
 
 
 def test_a_row_that_bfloat16_ranks_lower_still_wins_in_float32():

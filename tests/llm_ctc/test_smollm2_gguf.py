@@ -37,4 +37,4 @@ def test_smollm2_ctc_with_an_appended_blank(smollm2_dir, zipformer_checkpoint, c
     ce = build_model(dataclasses.replace(config, objective="ce", max_new_tokens=5), tokenizer=model.tokenizer)
     assert ce.eos_id == model.tokenizer.eos_token_id
     assert "user" in model.tokenizer.decode(ce.template_before)
-    assert len(ce.generate(features[:1], lengths[:1])[0]) <= 5
+    assert len(ce.generate_ids(features[:1], lengths[:1])[0]) <= 5

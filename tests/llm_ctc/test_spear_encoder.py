@@ -49,14 +49,13 @@ def test_encoder_is_frozen_and_stays_in_evaluation_mode():
 
 def test_llm_positions_are_a_fifth_of_the_fifty_per_second_embeddings(spear_config, qwen3_tokenizer, reference):
     # App. D.3: 50 embeddings/s stacked by 5 into about 10 LLM positions per second.
-    from llm_ctc.family import ToolkitLLMCTC
     from llm_ctc.model import LLMCTCModel
 
     torch.manual_seed(4)
-    model = ToolkitLLMCTC(LLMCTCModel(spear_config, tokenizer=qwen3_tokenizer))
+    model = LLMCTCModel(spear_config, tokenizer=qwen3_tokenizer)
     features, lengths = reference["features"], reference["lengths"]
     with torch.no_grad():
-        _, readout_lens = model.speech_llm.ctc_states(features, lengths)
+        _, readout_lens = model.ctc_states(features, lengths)
     embeddings = reference["eval_float64"]["encoder_out_lens"]
     assert readout_lens.tolist() == [-(-n // 5) for n in embeddings]
     assert model.output_lengths(lengths).tolist() == readout_lens.tolist()

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 import torch
 
-from llm_ctc.streaming import CachedStreamingLLM, parallel_query_states, sample_history, streaming_loss
-from llm_ctc.streaming_layout import Qwen3ASRGrid, utterance_layout
+from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states, sample_history, streaming_loss
+from llm_ctc.streaming.layout import Qwen3ASRGrid, utterance_layout
 from references.ctc_reference import dense_reference
 from references.tiny_llm import WIDTH, states_of_one_sequence
 
@@ -166,7 +166,7 @@ def test_history_sampling_is_reproducible_from_the_seed():
 
 
 def test_training_loss_from_features_trains_the_projector(ctc_model):
-    from llm_ctc.streaming import streaming_training_loss
+    from llm_ctc.streaming.llm import streaming_training_loss
     from references.tiny_llm import random_features
 
     model = ctc_model

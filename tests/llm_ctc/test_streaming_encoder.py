@@ -7,7 +7,7 @@ import torch
 
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.model import LLMCTCModel
-from llm_ctc.streaming_encoder import streaming_speech_embeddings
+from llm_ctc.streaming.encoder import streaming_speech_embeddings
 from references.tiny_llm import random_features
 
 

@@ -13,7 +13,7 @@ from lhotse import CutSet
 from asr.chunk_features import ChunkFbank
 from asr.config import load_run_config
 from asr.data import AsrDataset, load_cuts_lazy
-from llm_ctc.streaming_recognizer import StreamingRecognizer
+from llm_ctc.streaming.recognizer import StreamingRecognizer
 
 SAMPLE_RATE = 16000
 

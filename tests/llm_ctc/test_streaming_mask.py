@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from llm_ctc.streaming_layout import (FrameRateGrid, Qwen3ASRGrid, evictable, qwen3_asr_chunk_frames,
+from llm_ctc.streaming.layout import (FrameRateGrid, Qwen3ASRGrid, evictable, qwen3_asr_chunk_frames,
                                       utterance_layout)
-from llm_ctc.streaming_mask import streaming_mask
+from llm_ctc.streaming.mask import streaming_mask
 
 
 def paper_positions(prompt_len, frames, seconds_per_chunk=2):

@@ -1,4 +1,4 @@
-"""StreamingRecognizer and the llm_ctc.stream command against the parallel (masked)
+"""StreamingRecognizer and the llm_ctc.streaming.stream command against the parallel (masked)
 computation of the same streaming model and the offline CTC search."""
 
 import wave
@@ -9,9 +9,9 @@ import torch
 
 from asr.search import ctc_greedy_search, ctc_prefix_beam_search
 from llm_ctc.checkpoint import save_model_checkpoint
-from llm_ctc.streaming import parallel_query_states
-from llm_ctc.streaming_encoder import streaming_speech_embeddings
-from llm_ctc.streaming_recognizer import StreamingRecognizer
+from llm_ctc.streaming.llm import parallel_query_states
+from llm_ctc.streaming.encoder import streaming_speech_embeddings
+from llm_ctc.streaming.recognizer import StreamingRecognizer
 from references.tiny_llm import random_features
 
 
@@ -89,7 +89,7 @@ def write_wav(path, samples):
 
 
 def test_stream_command_prints_each_chunk_and_the_final_hypothesis(ctc_model, tmp_path, capsys):
-    from llm_ctc.stream import main, read_wav
+    from llm_ctc.streaming.stream import main, read_wav
 
     generator = np.random.default_rng(0)
     write_wav(tmp_path / "a.wav", 0.1 * generator.standard_normal(int(16000 * 4.3)))
@@ -108,7 +108,7 @@ def test_stream_command_prints_each_chunk_and_the_final_hypothesis(ctc_model, tm
 
 
 def test_stream_command_refuses_a_non_16k_wav(tmp_path):
-    from llm_ctc.stream import read_wav
+    from llm_ctc.streaming.stream import read_wav
 
     path = tmp_path / "b.wav"
     with wave.open(str(path), "wb") as writer:
@@ -121,7 +121,7 @@ def test_stream_command_refuses_a_non_16k_wav(tmp_path):
 
 
 def test_batch_streaming_decoding_equals_offline_search_on_parallel_states(ctc_model):
-    from llm_ctc.streaming_recognizer import recognize_streaming
+    from llm_ctc.streaming.recognizer import recognize_streaming
 
     model = ctc_model
     features, lens = random_features([610, 230], seed=12)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from llm_ctc.streaming_table import main as table
+from llm_ctc.streaming.table import main as table
 
 
 def write_summary(folder, test_set, rates):

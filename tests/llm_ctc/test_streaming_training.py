@@ -13,7 +13,7 @@ import torch
 
 from asr.train import main as train
 from references.tiny_llm import tiny_llm_training_arguments
-from llm_ctc.streaming import history_for_step
+from llm_ctc.streaming.llm import history_for_step
 
 STREAMING = ["model.streaming=true", "model.readout=query", "model.streaming_chunk_seconds=1",
              "model.streaming_max_history=2", "model.streaming_seed=4", "data.enable_spec_aug=true"]
@@ -125,14 +125,14 @@ def test_latency_command_measures_every_chunk_within_the_cache_bound(small_train
     own 13 pairs (P + 2A + J with A = J / 2 = 13, embeddings at 0, 0.08, ..., 0.96 s)."""
     import csv
 
-    from llm_ctc.streaming_latency import main as latency
+    from llm_ctc.streaming.latency import main as latency
 
     exp_dir, _, model, _ = uninterrupted
     rows = latency([*arguments(small_training_corpus, ctc_config, exp_dir),
                     "decode.epoch=2", "decode.avg=1", "decode.use_averaged_model=false",
                     "--cuts", str(small_training_corpus["train"]), "--seconds", "8", "--history", "1",
                     "--output-dir", str(tmp_path)])
-    prompt = len(model.speech_llm.prompt_ids)
+    prompt = len(model.prompt_ids)
     assert [row["chunk"] for row in rows] == list(range(8))
     assert [row["attended_positions"] for row in rows] == [prompt + 26] + [prompt + 52] * 7
     assert [row["kept_positions"] for row in rows] == [prompt + 26] * 8

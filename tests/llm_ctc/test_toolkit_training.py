@@ -93,14 +93,14 @@ def test_frozen_parts_get_no_update_and_the_trainable_ones_do(corpus, ctc_config
     train(arguments(corpus, ctc_config, tmp_path, "train.num_epochs=1"), after_step=after_step)
     assert len(checked) > 2
     final = load(tmp_path / "epoch-1.pt")["model"]
-    moved = {name for name, value in final.items() if not torch.equal(value, after_first_step[f"speech_llm.{name}"])}
+    moved = {name for name, value in final.items() if not torch.equal(value, after_first_step[name])}
     assert {"blank_offset", "query", "projector.linear1.weight"} <= moved
     assert any("lora_B" in name for name in moved)
 
 
 def test_decoding_writes_wer_files_of_the_checkpoint_weights(corpus, ctc_config, uninterrupted,
                                                              qwen3_tokenizer) -> None:
-    from llm_ctc.checkpoint import build_model
+    from llm_ctc.build import build_model
     from llm_ctc.decoding import recognize
 
     rates = decode([f"--exp-dir={uninterrupted}", "--epoch=2", "--avg=1", "--use-averaged-model=false",
@@ -114,8 +114,8 @@ def test_decoding_writes_wer_files_of_the_checkpoint_weights(corpus, ctc_config,
             assert (uninterrupted / f"{kind}-valid-{key}-{suffix}.txt").is_file()
     # The greedy hypothesis is that of the checkpoint's weights, decoded by llm_ctc itself.
     model = build_model(ctc_config, tokenizer=qwen3_tokenizer)
-    model.load_trainable_state_dict(load(uninterrupted / "epoch-2.pt")["model"])
-    model.merge_lora()
+    model.load_checkpoint_state_dict(load(uninterrupted / "epoch-2.pt")["model"])
+    model.prepare_for_decoding()
     batch = next(iter(valid_batches(corpus)))
     _, texts = recognize(model.eval(), batch["features"], batch["feature_lens"])
     recogs = (uninterrupted / f"recogs-valid-ctc-greedy-search-{suffix}.txt").read_text()
@@ -138,7 +138,7 @@ def test_llm_ce_trains_and_decodes_by_generation(corpus, ctc_config, tmp_path) -
                     "--method", "llm-greedy-search", "llm-beam-search"])
     assert set(rates["valid"]) == {"llm-greedy-search", "llm-beam-search_beam-2"}
     assert (tmp_path / "recogs-valid-llm-beam-search_beam-2-epoch-1_avg-1.txt").is_file()
-    with pytest.raises(SystemExit, match="ctc-greedy-search needs a model with log_probs"):
+    with pytest.raises(SystemExit, match="ctc-greedy-search needs a model decoded by ctc-search"):
         decode([f"--exp-dir={tmp_path}", "--epoch=1", "--avg=1", "--use-averaged-model=false",
                 f"--test-cuts=valid={corpus['valid']}", "--num-workers=0", "--method", "ctc-greedy-search"])
 
@@ -153,7 +153,7 @@ def test_bf16_autocast_trains_with_finite_weights(corpus, ctc_config, tmp_path) 
 
 def test_greedy_decoding_alone_takes_no_log_softmax_and_finds_the_same_words(corpus, uninterrupted, tmp_path,
                                                                              monkeypatch) -> None:
-    from llm_ctc.family import ToolkitLLMCTC
+    from llm_ctc.model import LLMCTCModel
 
     suffix = "epoch-2_avg-1"
     recogs = {}
@@ -163,7 +163,7 @@ def test_greedy_decoding_alone_takes_no_log_softmax_and_finds_the_same_words(cor
         shutil.copy(uninterrupted / "epoch-2.pt", exp_dir / "epoch-2.pt")
         with monkeypatch.context() as patch:
             if name == "alone":
-                patch.setattr(ToolkitLLMCTC, "log_probs", lambda *_: pytest.fail("log_probs taken for greedy alone"))
+                patch.setattr(LLMCTCModel, "log_probs", lambda *_: pytest.fail("log_probs taken for greedy alone"))
             decode([f"--exp-dir={exp_dir}", "--epoch=2", "--avg=1", "--use-averaged-model=false",
                     f"--test-cuts=train={corpus['train']}", "--num-workers=0", "--method", *methods])
         recogs[name] = (exp_dir / f"recogs-train-ctc-greedy-search-{suffix}.txt").read_text()

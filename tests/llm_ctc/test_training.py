@@ -45,5 +45,5 @@ def test_two_utterances_are_learned(objective, steps, ctc_config, qwen3_tokenize
     if objective == "ctc":
         _, texts = recognize(model, features, lengths, method="ctc-prefix-beam-search", beam=4)
     else:
-        texts = [model.decode_ids(ids) for ids in model.generate(features, lengths, beam=4)]
+        texts = [model.decode_ids(ids) for ids in model.generate_ids(features, lengths, beam=4)]
     assert texts == [text.lower() for text in TEXTS]

@@ -120,7 +120,7 @@ def test_a_tiny_model_overfits_one_batch_with_scaled_adam_eden_and_pruned_ctc(ti
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for step in range(300):
-            tiny_model.set_batch_count(step)
+            tiny_model.start_update(1, step)
             loss = tiny_model(features, lengths, targets)
             first = loss.item() if first is None else first
             optimizer.zero_grad()
@@ -154,7 +154,7 @@ def test_zipformer_m_trains_a_step_with_finite_gradients_everywhere():
     torch.manual_seed(0)
     model = CTCModel(get_preset("M", vocab_size=500))
     model.train()
-    model.set_batch_count(30000.0)
+    model.start_update(1, 30000.0)
     features = torch.randn(2, 400, 80)
     targets = [list(range(1, 40)), list(range(3, 30))]
     loss = model(features, torch.tensor([400, 321]), targets)

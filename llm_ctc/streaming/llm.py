@@ -9,7 +9,7 @@
   original positions: cached keys are stored already rotated, so rows are only dropped.
 * :func:`sample_history` / :func:`history_for_step`: the per-microbatch history of App. D.4.
 
-Both paths take projected speech embeddings (from :mod:`llm_ctc.streaming_encoder` or
+Both paths take projected speech embeddings (from :mod:`llm_ctc.streaming.encoder` or
 fixed, as in App. E's fixed-input checks) and the same :class:`UtteranceLayout` rule.
 """
 
@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from llm_ctc.language_model import backbone_states
-from llm_ctc.streaming_layout import TICKS_PER_SECOND, TimeGrid, UtteranceLayout, evictable
-from llm_ctc.streaming_mask import additive, streaming_mask, visibility
+from llm_ctc.streaming.layout import TICKS_PER_SECOND, TimeGrid, UtteranceLayout, evictable
+from llm_ctc.streaming.mask import additive, streaming_mask, visibility
 
 
 def history_weights(max_history: int = 8) -> Tuple[float, ...]:
@@ -196,7 +196,7 @@ def streaming_training_loss(model, features: Tensor, feature_lens: Tensor, targe
     """What a training step calls (Sec. 4.3, App. D.4): encoder windows of h seconds of
     history + chunk, projector per chunk, all chunks in parallel under the mask with the
     same h, Pruned CTC over the concatenated query outputs. Validation uses h = 8."""
-    from llm_ctc.streaming_encoder import streaming_speech_embeddings
+    from llm_ctc.streaming.encoder import streaming_speech_embeddings
 
     speech, layouts = streaming_speech_embeddings(model, features, feature_lens, history_seconds, chunk_seconds)
     return streaming_loss(model, speech, layouts, history_seconds, targets, target_lengths)

@@ -2,7 +2,7 @@
 offline model, one per left history h of the streaming model, per test set, with the
 relative change against offline (Sec. 5.4: within 3% relative on GigaSpeech test)::
 
-    python -m llm_ctc.streaming_table --offline exp/table5_offline_qwen3-asr-0.6b \\
+    python -m llm_ctc.streaming.table --offline exp/table5_offline_qwen3-asr-0.6b \\
         --streaming exp/table5_streaming_qwen3-asr-0.6b --sets dev test
 
 Reads the ``wer-summary-<set>-<suffix>.txt`` files of ``asr.decode`` (the newest one per

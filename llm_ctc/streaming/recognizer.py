@@ -22,10 +22,12 @@ from torch import Tensor
 
 from asr.chunk_features import ChunkFbank
 from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
-from llm_ctc.decoding import METHODS, LLMTokenizer, head_argmax
-from llm_ctc.streaming import CachedStreamingLLM
-from llm_ctc.streaming_encoder import chunk_embeddings, make_window, streaming_grid
-from llm_ctc.streaming_layout import SAMPLE_RATE, TICKS_PER_SECOND
+from asr.decode_methods import CTC_SEARCHES
+from llm_ctc.head_argmax import head_argmax
+from llm_ctc.tokenizer import LLMTokenizer
+from llm_ctc.streaming.llm import CachedStreamingLLM
+from llm_ctc.streaming.encoder import chunk_embeddings, make_window, streaming_grid
+from llm_ctc.streaming.layout import SAMPLE_RATE, TICKS_PER_SECOND
 
 
 @dataclass
@@ -43,8 +45,8 @@ class StreamingRecognizer:
 
     def __init__(self, model, history_seconds: int = 8, chunk_seconds: int = 2,
                  method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0) -> None:
-        if method not in METHODS:
-            raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(METHODS)}")
+        if method not in CTC_SEARCHES:
+            raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(CTC_SEARCHES)}")
         self.model = model
         self.history, self.chunk_seconds = history_seconds, chunk_seconds
         self.chunk_frames = chunk_seconds * TICKS_PER_SECOND

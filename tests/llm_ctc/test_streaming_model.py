@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-from llm_ctc.streaming import history_for_step, parallel_query_states
-from llm_ctc.streaming_encoder import streaming_speech_embeddings
-from llm_ctc.streaming_layout import FrameRateGrid, Qwen3ASRGrid, cache_bound, feature_chunk_frames, utterance_layout
+from llm_ctc.streaming.llm import history_for_step, parallel_query_states
+from llm_ctc.streaming.encoder import streaming_speech_embeddings
+from llm_ctc.streaming.layout import FrameRateGrid, Qwen3ASRGrid, cache_bound, feature_chunk_frames, utterance_layout
 from references.ctc_reference import dense_reference
 from references.tiny_llm import perturb_lora, random_features
 
@@ -21,12 +21,12 @@ def streaming_model(ctc_config, qwen3_tokenizer):
     tokenizer = build_tokenizer(config)
     torch.manual_seed(11)
     model = build_model(config, tokenizer.vocab_size, tokenizer.blank_id)
-    perturb_lora(model.speech_llm)
+    perturb_lora(model)
     return model
 
 
 def masked_forward_losses(model, features, lens, targets, history):
-    llm = model.speech_llm
+    llm = model
     with torch.no_grad():
         speech, layouts = streaming_speech_embeddings(llm, features, lens, history)
         states, state_lens = parallel_query_states(llm, speech, layouts, history)
@@ -38,11 +38,11 @@ def masked_forward_losses(model, features, lens, targets, history):
 def test_training_step_loss_is_dense_ctc_of_the_masked_forward_at_the_steps_history(streaming_model):
     model = streaming_model.train()
     features, lens = random_features([1030, 610], seed=21)  # 5.3 s and 3.1 s: 3 and 2 chunks
-    targets = model.speech_llm.encode_texts(["the cat sat on the mat", "hello world"])
+    targets = model.encode_texts(["the cat sat on the mat", "hello world"])
     step = next(s for s in range(1, 100) if history_for_step(3, s) == 1)
-    model.set_batch_index(step)
+    model.start_update(step, 0.0)
     with torch.no_grad():
-        loss, stats = model(features, lens, targets)
+        loss, stats = model(features, lens, targets, return_stats=True)
     assert model.last_history == 1
     expected = masked_forward_losses(model, features, lens, targets, 1)
     torch.testing.assert_close(loss.double(), expected.sum(), rtol=1e-6, atol=1e-4)
@@ -55,9 +55,9 @@ def test_training_step_loss_is_dense_ctc_of_the_masked_forward_at_the_steps_hist
 def test_validation_uses_the_longest_history(streaming_model):
     model = streaming_model.eval()
     features, lens = random_features([1030], seed=22)
-    targets = model.speech_llm.encode_texts(["a quick test"])
+    targets = model.encode_texts(["a quick test"])
     with torch.no_grad():
-        loss, _ = model(features, lens, targets)
+        loss = model(features, lens, targets)
     assert model.last_history == 8
     torch.testing.assert_close(loss.double(), masked_forward_losses(model, features, lens, targets, 8).sum(),
                                rtol=1e-6, atol=1e-4)
@@ -106,8 +106,8 @@ def test_streaming_needs_the_query_readout(ctc_config):
         dataclasses.replace(ctc_config, streaming=True, streaming_max_history=0)
 
 
-@pytest.mark.parametrize("method, search", [("ctc-streaming-greedy-search", "greedy"),
-                                            ("ctc-streaming-prefix-beam-search", "beam")])
+@pytest.mark.parametrize("method, search", [("ctc-greedy-search", "greedy"),
+                                            ("ctc-prefix-beam-search", "beam")])
 def test_streaming_decoding_with_a_covering_history_equals_the_parallel_query_readout(streaming_model, method,
                                                                                      search):
     """At the model's longest history (h = 8 s) chunk by chunk with the KV cache and
@@ -121,11 +121,11 @@ def test_streaming_decoding_with_a_covering_history_equals_the_parallel_query_re
     ids, largest = model.streaming_ids(features, lens, 8, method, beam=3, token_penalty=0.5)
     with torch.no_grad():
         log_probs, out_lens = model.log_probs(features, lens)
-    blank = model.speech_llm.blank_id
+    blank = model.blank_id
     expected = ctc_greedy_search(log_probs, out_lens, blank_id=blank) if search == "greedy" else \
         ctc_prefix_beam_search(log_probs, out_lens, beam=3, blank_id=blank, token_penalty=0.5)
     assert ids == expected and all(expected)
-    prompt = len(model.speech_llm.prompt_ids)
+    prompt = len(model.prompt_ids)
     # 25 embeddings per full chunk. 6.1 s: nothing is evicted, all 77 speech and query pairs
     # stay; 10.3 s: the largest cache is during the fifth chunk (the first one is evicted
     # after it: tau < 8 + 2 - 8 s); 2.3 s: 25 + 4.
@@ -134,13 +134,13 @@ def test_streaming_decoding_with_a_covering_history_equals_the_parallel_query_re
 
 
 def test_streaming_decoding_refuses_a_cache_beyond_the_bound(streaming_model, monkeypatch):
-    from llm_ctc.streaming_toolkit import CacheBoundExceeded
+    from llm_ctc.streaming.model import CacheBoundExceeded
 
     model = streaming_model.eval()
     features, lens = random_features([610], seed=24)
     monkeypatch.setattr(type(model), "cache_bound", lambda self, history: 10)
     with pytest.raises(CacheBoundExceeded, match="more than the bound P \\+ 2A \\+ J = 10"):
-        model.streaming_ids(features, lens, 1, "ctc-streaming-greedy-search")
+        model.streaming_ids(features, lens, 1, "ctc-greedy-search")
     model.train()
 
 

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from llm_ctc.streaming_layout import TICKS_PER_SECOND, UtteranceLayout
+from llm_ctc.streaming.layout import TICKS_PER_SECOND, UtteranceLayout
 
 
 def visibility(chunk: Tensor, tau: Tensor, chunk_start: Tensor, history_seconds: int) -> Tensor:

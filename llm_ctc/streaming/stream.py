@@ -1,7 +1,7 @@
 """Transcribe a wav file with streaming LLM-CTC, printing the hypothesis after each chunk
 with that chunk's compute time (Sec. 4.3)::
 
-    python -m llm_ctc.stream --checkpoint exp/llm_ctc/epoch-3.pt --wav a.wav \
+    python -m llm_ctc.streaming.stream --checkpoint exp/llm_ctc/epoch-3.pt --wav a.wav \
         --history 8 --method ctc-prefix-beam-search --beam 4 --token-penalty 0.7
 
 The wav must be 16 kHz mono PCM (8/16/32-bit). The checkpoint is one written by
@@ -21,8 +21,8 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-from llm_ctc.decoding import METHODS
-from llm_ctc.streaming_layout import SAMPLE_RATE
+from asr.decode_methods import CTC_SEARCHES
+from llm_ctc.streaming.layout import SAMPLE_RATE
 
 
 def read_wav(path: Path) -> torch.Tensor:
@@ -50,7 +50,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--wav", type=Path, required=True, help="16 kHz mono PCM wav file")
     parser.add_argument("--history", type=int, default=8, help="left history h in seconds (App. D.4: 8)")
     parser.add_argument("--chunk-seconds", type=int, default=2)
-    parser.add_argument("--method", choices=METHODS, default="ctc-greedy-search")
+    parser.add_argument("--method", choices=CTC_SEARCHES, default="ctc-greedy-search")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--token-penalty", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -63,11 +63,11 @@ def main(argv: Optional[List[str]] = None) -> str:
         raise SystemExit(f"--history and --chunk-seconds must be >= 1, got {args.history} and {args.chunk_seconds}")
     torch.set_num_threads(args.threads)
     from llm_ctc.checkpoint import load_model_checkpoint
-    from llm_ctc.streaming_recognizer import StreamingRecognizer
+    from llm_ctc.streaming.recognizer import StreamingRecognizer
 
     samples = read_wav(args.wav)
     model = load_model_checkpoint(args.checkpoint)
-    model.merge_lora()
+    model.prepare_for_decoding()
     model.eval()
     recognizer = StreamingRecognizer(model, args.history, args.chunk_seconds, args.method, args.beam,
                                      args.token_penalty)

@@ -2,13 +2,13 @@
 Sec. 4.3, App. E: the cache never holds more than P + 2A + J positions, so the work per
 chunk stops growing once the history is full)::
 
-    python -m llm_ctc.streaming_latency --config conf/llm_ctc.yaml train.exp_dir=exp/full_llm_ctc_streaming \\
+    python -m llm_ctc.streaming.latency --config conf/llm_ctc.yaml train.exp_dir=exp/full_llm_ctc_streaming \\
         --cuts data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --seconds 60 --history 8 \\
         --output-dir exp/full_llm_ctc_streaming/latency
 
 The weights are those the configuration's decode section chooses (as ``asr.decode``).
 Test utterances' audio is concatenated in manifest order up to ``--seconds`` and fed one
-chunk at a time to :class:`llm_ctc.streaming_recognizer.StreamingRecognizer` (greedy
+chunk at a time to :class:`llm_ctc.streaming.recognizer.StreamingRecognizer` (greedy
 search, one torch thread by default), which computes each chunk's fbank from its own
 samples as training does (App. D.4). Writes ``chunks.csv`` (chunk index, start second,
 cache positions attended by the chunk, cache positions kept after it, milliseconds from
@@ -32,7 +32,7 @@ import time
 import torch
 
 from asr.atomic_io import write_text_atomically
-from llm_ctc.streaming_layout import SAMPLE_RATE
+from llm_ctc.streaming.layout import SAMPLE_RATE
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -49,28 +49,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 
 
 def load_streaming_model(config_path: Optional[Path], overrides: Sequence[str]):
-    """The toolkit model with the weights of the decode section's choice, ready to decode."""
-    from asr.averaging import weights_for_decoding
-    from asr.checkpoint import load_model_weights
+    """The streaming model with the weights of the decode section's choice, ready to decode,
+    and the weights' suffix."""
     from asr.config import load_run_config
-    from asr.decode import choose_weights, load_lexicon
-    from asr.family import load_family
+    from asr.decode_methods import STREAMING
+    from asr.weights import explicit_choice, load_trained_model
 
-    config = load_run_config(config_path, overrides)
-    exp_dir = Path(config.train.exp_dir)
-    if not exp_dir.is_dir():
-        raise FileNotFoundError(f"train.exp_dir: experiment folder not found: {exp_dir}")
-    weights = choose_weights(exp_dir, config.decode)
-    if not getattr(weights.saved.model, "streaming", False):
-        raise ValueError(f"{weights.paths[-1]} is not a streaming LLM-CTC model (model.streaming is false)")
-    tokenizer = load_lexicon(config.train.lang_dir, weights.saved)
-    model = load_family(weights.saved.family).build_model(weights.saved.model, tokenizer.vocab_size,
-                                                           tokenizer.blank_id)
-    load_model_weights(model, weights_for_decoding(exp_dir, epoch=weights.epoch, iteration=weights.iteration,
-                                                   avg=config.decode.avg,
-                                                   use_averaged_model=config.decode.use_averaged_model))
-    model.prepare_for_decoding()
-    return model.eval(), weights.suffix
+    config = load_run_config(config_path, explicit_choice(overrides))
+    trained = load_trained_model(config.train.exp_dir, config.decode, config.train.lang_dir)
+    if STREAMING not in trained.model.decoding:
+        raise ValueError(f"{trained.weights.paths[-1]} is not a streaming LLM-CTC model (model.streaming is false)")
+    return trained.model, trained.weights.suffix
 
 
 def long_input(manifest: Path, seconds: float) -> torch.Tensor:
@@ -93,9 +82,9 @@ def long_input(manifest: Path, seconds: float) -> torch.Tensor:
 def measure(model, samples: torch.Tensor, history: int) -> List[dict]:
     """One row per chunk: its start, the cache positions it attends to (kept ones and its
     own 2 T_b), the positions kept after it, and the time from its audio to its hypothesis."""
-    from llm_ctc.streaming_recognizer import StreamingRecognizer
+    from llm_ctc.streaming.recognizer import StreamingRecognizer
 
-    recognizer = StreamingRecognizer(model.speech_llm, history, model.chunk_seconds)
+    recognizer = StreamingRecognizer(model, history, model.chunk_seconds)
     per_chunk = model.chunk_seconds * SAMPLE_RATE
     rows = []
     for start in range(0, samples.numel(), per_chunk):

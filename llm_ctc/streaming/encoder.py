@@ -24,7 +24,7 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from llm_ctc.streaming_layout import (TICKS_PER_SECOND, FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout,
+from llm_ctc.streaming.layout import (TICKS_PER_SECOND, FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout,
                                       utterance_layout)
 
 ZIPFORMER_FRAMES_PER_OUTPUT = 4
@@ -72,7 +72,7 @@ def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, h
                                 chunk_seconds: int = 2) -> Tuple[Tensor, List[UtteranceLayout]]:
     """Projected speech (N, T_n max, D) of every chunk of a padded batch, in chunk order,
     and the utterances' layouts."""
-    from llm_ctc.streaming_layout import feature_chunk_frames
+    from llm_ctc.streaming.layout import feature_chunk_frames
 
     config, grid = model.config, streaming_grid(model.config)
     prompt_len = len(model.prompt_ids)
