@@ -39,7 +39,7 @@ class CheckpointConfigMismatch(ValueError):
     """A checkpoint was written by a run with a different configuration."""
 
 
-# Version 2 (issue 16): relative positional encoding in icefall's sign convention. Files
+# Version 2 (2026-11-23): relative positional encoding in icefall's sign convention. Files
 # without a "format_version" entry are version 1 (mirrored convention); convert them with
 # ``python -m zipformer.checkpoint_upgrade OLD.pt NEW.pt``.
 CHECKPOINT_FORMAT_VERSION = 2

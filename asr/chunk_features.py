@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-SAMPLE_RATE = 16000
+from asr.constants import SAMPLE_RATE
 HOP_SAMPLES, WINDOW_SAMPLES = 160, 400  # 10 ms hop, 25 ms window
 # Lhotse's Fbank fails on inputs of fewer samples than this (its edge padding needs
 # more); below it a chunk has at most one frame, built here by the same Kaldi rule.

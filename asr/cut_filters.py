@@ -25,9 +25,8 @@ from typing import Callable, Sequence
 from lhotse.cut import Cut
 from lhotse.utils import compute_num_frames
 
+from asr.constants import FRAME_SHIFT_SECONDS
 from asr.tokenizer import Tokenizer
-
-FRAME_SHIFT_SECONDS = 0.01
 
 
 def num_adjacent_repeats(token_ids: Sequence[int]) -> int:

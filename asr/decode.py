@@ -71,7 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
             raise FileNotFoundError(f"train.exp_dir: experiment folder not found: {exp_dir}")
         weights = choose_weights(exp_dir, options)
         test_sets = parse_test_sets(options.test_cuts)
-        tokenizer = load_lexicon(config.train.lang_dir, weights.saved)
+        tokenizer = load_lexicon(weights.resolve(config.train.lang_dir), weights.saved)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     keys = [key for _, _, key in decoding_settings(options)]

@@ -63,6 +63,8 @@ class Recognizer(nn.Module, metaclass=abc.ABCMeta):
 
     # The kinds of decoding the model supports (asr.decode_methods.DECODING_KINDS).
     decoding: ClassVar[FrozenSet[str]] = frozenset({CTC_SEARCH})
+    # Mel bins of the log-mel fbank features the model reads (at 100 frames per second).
+    feature_dim: int = 80
 
     @abc.abstractmethod
     def forward(self, features: Tensor, feature_lens: Tensor, targets: List[List[int]],
@@ -177,6 +179,9 @@ class Family:
     build_optimizer: Callable[[nn.Module, Any], Tuple[torch.optim.Optimizer, Any]]
     # model_config -> Tokenizer, or None: the lexicon of train.lang_dir
     build_tokenizer: Optional[Callable[[Any], Tokenizer]] = None
+    # Fields of the model section that name files or folders (a pretrained LLM, an encoder
+    # checkpoint): a relative one is resolved where the run was trained (asr.weights).
+    path_fields: Tuple[str, ...] = ()
 
     def build(self, model_config: Any, vocab_size: int, blank_id: int) -> Recognizer:
         """The family's model, checked against the contract (:func:`check_model`)."""

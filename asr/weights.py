@@ -13,6 +13,7 @@ for the decoder (:mod:`asr.decode`), the exports, streaming and single-file tran
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,12 @@ class Weights:
     use_averaged_model: bool
     paths: List[Path]  # oldest first; the last one is the chosen checkpoint
     suffix: str  # icefall's part of the result file names, e.g. epoch-30_avg-15_use-averaged-model
-    saved: RunConfig
+    saved: RunConfig  # relative paths resolved where the run was trained (resolve_run_paths)
+
+    def resolve(self, path: Optional[str]) -> Optional[str]:
+        """A path as the run named it, found from here (:func:`resolve_path`)."""
+        exp_dir = self.paths[-1].parent
+        return resolve_path(path, run_directory(exp_dir, self.saved.train.exp_dir), exp_dir.resolve())
 
     def state_dict(self) -> dict:
         """The (averaged) weights: what :func:`asr.checkpoint.load_model_weights` loads."""
@@ -107,7 +113,43 @@ def choose_weights(exp_dir: PathLike, options: DecodeOptions) -> Weights:
         except CheckpointConfigMismatch as error:
             raise ValueError(f"{error} {paths[-1]} (cannot average checkpoints of different models)") from None
     return Weights(epoch, iteration, options.avg, options.use_averaged_model, paths, suffix,
-                   RunConfig.from_dict(chosen))
+                   resolve_run_paths(RunConfig.from_dict(chosen), exp_dir))
+
+
+def run_directory(exp_dir: PathLike, saved_exp_dir: PathLike) -> Optional[Path]:
+    """The folder the run was trained from: ``exp_dir`` without the relative
+    ``train.exp_dir`` the run saved (``egs/mini`` for ``egs/mini/exp/m`` saved as ``exp/m``),
+    wherever the checkout now lies; None when the saved folder is absolute or does not match."""
+    saved = [part for part in Path(saved_exp_dir).parts if part != "."]
+    if Path(saved_exp_dir).is_absolute() or not saved:
+        return None
+    actual = Path(exp_dir).resolve().parts
+    if list(actual[-len(saved):]) != saved:
+        return None
+    return Path(*actual[:-len(saved)])
+
+
+def resolve_path(value: Optional[str], *bases: Optional[Path]) -> Optional[str]:
+    """``value`` as it is when absolute or found from here; else the first of ``bases``
+    under which it exists (absolute then); else unchanged (e.g. a hub name)."""
+    if not value or Path(value).is_absolute() or Path(value).exists():
+        return value
+    for base in bases:
+        if base is not None and (base / value).exists():
+            return str((base / value).resolve())
+    return value
+
+
+def resolve_run_paths(saved: RunConfig, exp_dir: PathLike) -> RunConfig:
+    """``saved`` with its relative paths (the family's ``path_fields``, ``train.lang_dir``)
+    resolved from where the run was trained, so that a trained model loads from any
+    working directory."""
+    bases = (run_directory(exp_dir, saved.train.exp_dir), Path(exp_dir).resolve())
+    fields = {name: resolve_path(vars(saved.model)[name], *bases)
+              for name in load_family(saved.family).path_fields}
+    saved.model = dataclasses.replace(saved.model, **fields) if fields else saved.model
+    saved.train = dataclasses.replace(saved.train, lang_dir=resolve_path(saved.train.lang_dir, *bases))
+    return saved
 
 
 def _resolve_last(value: str, found: List[Tuple[int, Path]], exp_dir: Path, pattern: str) -> int:
@@ -147,7 +189,8 @@ def load_trained_model(exp_dir: PathLike, options: DecodeOptions, lang_dir: Opti
     """The model of ``exp_dir`` with the weights ``options`` choose (:func:`choose_weights`),
     its lexicon from ``lang_dir`` (default: the run's ``train.lang_dir``, or the family's own)."""
     weights = choose_weights(exp_dir, options)
-    tokenizer = load_lexicon(lang_dir if lang_dir is not None else weights.saved.train.lang_dir, weights.saved)
+    lang_dir = weights.saved.train.lang_dir if lang_dir is None else weights.resolve(str(lang_dir))
+    tokenizer = load_lexicon(lang_dir, weights.saved)
     return TrainedModel(build_trained_model(weights, tokenizer, device), tokenizer, weights)
 
 

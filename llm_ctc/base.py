@@ -104,6 +104,10 @@ class SpeechLLM(Recognizer):
 
     # --- the toolkit's contract (asr.family.Recognizer) ---------------------------
 
+    @property
+    def feature_dim(self) -> int:
+        return self.encoder.feature_dim
+
     def output_lengths(self, num_feature_frames: FrameCount) -> FrameCount:
         """LLM speech positions T_n for a number of feature frames (an int or a tensor)."""
         return self.projector.output_lengths(self.encoder.output_lengths(num_feature_frames))

@@ -80,4 +80,5 @@ def build_optimizer(model: nn.Module, options: AdamWOptions) -> Tuple[ClippedAda
     return optimizer, scheduler
 
 
-FAMILY = Family("llm_ctc", LLMASRConfig, AdamWOptions, build_model, build_optimizer, build_tokenizer)
+FAMILY = Family("llm_ctc", LLMASRConfig, AdamWOptions, build_model, build_optimizer, build_tokenizer,
+                path_fields=("llm", "tokenizer", "encoder_path"))

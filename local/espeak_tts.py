@@ -17,7 +17,9 @@ from typing import List
 import numpy as np
 from scipy.signal import resample_poly
 
-TARGET_SAMPLE_RATE = 16000
+from asr.constants import SAMPLE_RATE
+
+TARGET_SAMPLE_RATE = SAMPLE_RATE
 ESPEAK_SAMPLE_RATE = 22050
 
 # Values of the espeak_AUDIO_OUTPUT, espeak_PARAMETER and position enums in speak_lib.h.

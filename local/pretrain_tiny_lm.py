@@ -37,7 +37,7 @@ own row (a lower bound of what any state can reach).
 its transcript reads the speech only through attention, and an LM that has only seen
 single sentences cannot look anything up (stage 7's LM gives a repeated test sentence
 3.5 nats per token, more than its first occurrence; with F = 0.5, 1.3; egs/mini
-RESULTS.md, "LLM-CE (session 6)"). LLM-CTC reads each word at its own speech position and
+RESULTS.md, "LLM-CE"). LLM-CTC reads each word at its own speech position and
 does not need it.
 
 The result is written with ``save_pretrained`` to a temporary folder that is renamed
@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import List, Sequence, Tuple
 
 import torch
+
+from asr.constants import QWEN3_HEAD_ROWS
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
@@ -205,11 +207,11 @@ def main(argv: Sequence[str] = None) -> None:
     sequences = training_sequences(tokenizer(texts, add_special_tokens=False)["input_ids"], eos, args.copy_fraction,
                                    random.Random(args.seed))
     rows = torch.tensor(sorted({token for sequence in sequences for token in sequence}))
-    row_of = torch.full((151_936,), -1, dtype=torch.long)
+    row_of = torch.full((QWEN3_HEAD_ROWS,), -1, dtype=torch.long)
     row_of[rows] = torch.arange(len(rows))
     torch.manual_seed(args.seed)
     # The head of every Qwen3 size has 151,936 rows: more than the tokenizer's 151,669.
-    model = tiny_qwen3(args, vocab_size=151_936).train()
+    model = tiny_qwen3(args, vocab_size=QWEN3_HEAD_ROWS).train()
     with torch.no_grad():
         model.model.embed_tokens.weight.normal_(0.0, args.embedding_std)  # tied: the head's rows
     logging.info("tiny Qwen3: %d layers, width %d, %d parameters; %d transcripts, %d distinct tokens",

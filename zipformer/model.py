@@ -37,6 +37,10 @@ class CTCModel(Recognizer):
         self.dropout = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(config.output_dim, config.vocab_size)
 
+    @property
+    def feature_dim(self) -> int:
+        return self.config.feature_dim
+
     def start_update(self, update: int, batch_count: float) -> None:
         """Drive the encoder's schedules (dropouts, skip rates, balancers) by the
         duration-adjusted batch count, icefall's ScheduledFloat

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from asr.config import load_run_config
+from asr.constants import SAMPLE_RATE
 from asr.cut_filters import cut_text
 from asr.data import load_cuts_lazy
 from asr.test_sets import parse_test_sets
@@ -43,7 +44,7 @@ def make_recognizer(model: Path, tokens: Path, num_threads: int = 1):
         if not Path(path).is_file():
             raise FileNotFoundError(f"{option}: file not found: {path}")
     return sherpa_onnx.OfflineRecognizer.from_zipformer_ctc(
-        model=str(model), tokens=str(tokens), num_threads=num_threads, sample_rate=16000,
+        model=str(model), tokens=str(tokens), num_threads=num_threads, sample_rate=SAMPLE_RATE,
         feature_dim=80, decoding_method="greedy_search", provider="cpu")
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Sequence
 
-TICKS_PER_SECOND = 100  # one 10 ms feature hop
-SAMPLE_RATE = 16000
+from asr.constants import FRAMES_PER_SECOND, SAMPLE_RATE
+
+TICKS_PER_SECOND = FRAMES_PER_SECOND  # one tick per 10 ms feature hop
 WINDOW_SAMPLES, HOP_SAMPLES = 400, 160
 
 

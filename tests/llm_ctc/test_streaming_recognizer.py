@@ -89,7 +89,8 @@ def write_wav(path, samples):
 
 
 def test_stream_command_prints_each_chunk_and_the_final_hypothesis(ctc_model, tmp_path, capsys):
-    from llm_ctc.streaming.stream import main, read_wav
+    from asr.audio import read_audio
+    from llm_ctc.streaming.stream import main
 
     generator = np.random.default_rng(0)
     write_wav(tmp_path / "a.wav", 0.1 * generator.standard_normal(int(16000 * 4.3)))
@@ -101,23 +102,25 @@ def test_stream_command_prints_each_chunk_and_the_final_hypothesis(ctc_model, tm
     assert lines[-1] == f"final: {text}"
     # The same audio through the recognizer on the unmerged model.
     recognizer = StreamingRecognizer(ctc_model, history_seconds=2)
-    recognizer.accept_waveform(read_wav(tmp_path / "a.wav"))
+    recognizer.accept_waveform(torch.from_numpy(read_audio(tmp_path / "a.wav")))
     results = recognizer.finish()
     assert [r.frames for r in results] == [30]
     assert recognizer.text == text
 
 
-def test_stream_command_refuses_a_non_16k_wav(tmp_path):
-    from llm_ctc.streaming.stream import read_wav
+def test_stream_command_errors_are_one_line(ctc_model, tmp_path):
+    from llm_ctc.streaming.stream import main
 
     path = tmp_path / "b.wav"
-    with wave.open(str(path), "wb") as writer:
-        writer.setnchannels(1)
-        writer.setsampwidth(2)
-        writer.setframerate(8000)
-        writer.writeframes(b"\0\0" * 100)
-    with pytest.raises(ValueError, match="expected 16000 Hz mono, got 8000 Hz"):
-        read_wav(path)
+    path.write_bytes(b"")
+    checkpoint = save_model_checkpoint(tmp_path / "model.pt", ctc_model)
+    with pytest.raises(SystemExit, match=f"ERROR: --audio {path}: cannot read it as audio"):
+        main(["--checkpoint", str(checkpoint), "--audio", str(path)])
+    write_wav(tmp_path / "a.wav", np.zeros(1600))
+    with pytest.raises(SystemExit, match="ERROR: --checkpoint: no such file"):
+        main(["--checkpoint", str(tmp_path / "none.pt"), "--audio", str(tmp_path / "a.wav")])
+    with pytest.raises(SystemExit, match="ERROR: train.exp_dir: experiment folder not found"):
+        main(["--exp-dir", str(tmp_path / "none"), "--audio", str(tmp_path / "a.wav")])
 
 
 def test_batch_streaming_decoding_equals_offline_search_on_parallel_states(ctc_model):

@@ -142,3 +142,32 @@ def test_latency_command_measures_every_chunk_within_the_cache_bound(small_train
         assert [int(row["attended_positions"]) for row in csv.DictReader(table)] == \
             [row["attended_positions"] for row in rows]
     assert "cache bound P + 2A + J = %d positions" % (prompt + 52) in (tmp_path / "summary.md").read_text()
+
+
+def test_stream_command_reads_the_run_s_checkpoints_and_flac(small_training_corpus, uninterrupted, tmp_path,
+                                                             capsys):
+    """The stream command takes what the recipe writes: the run's folder with a weight
+    choice, or one of its checkpoint files, and a FLAC file; its text is the recognizer's
+    on the same weights and samples."""
+    import soundfile
+
+    from asr.audio import read_audio
+    from asr.config import DecodeOptions
+    from asr.weights import load_trained_model
+    from llm_ctc.streaming.recognizer import StreamingRecognizer
+    from llm_ctc.streaming.stream import main as stream
+
+    exp_dir, _, _, _ = uninterrupted
+    wav = small_training_corpus["train"].parent / "train_wav" / "utt-f.wav"
+    flac = tmp_path / "utt-f.flac"
+    samples, rate = soundfile.read(wav, dtype="float32")
+    soundfile.write(flac, samples, rate, subtype="PCM_16")
+    by_folder = stream(["--exp-dir", str(exp_dir), "--epoch", "2", "--avg", "1", "--use-averaged-model", "false",
+                        "--audio", str(flac), "--history", "2"])
+    by_file = stream(["--checkpoint", str(exp_dir / "epoch-2.pt"), "--audio", str(flac), "--history", "2"])
+    model = load_trained_model(exp_dir, DecodeOptions(epoch="2", avg=1, use_averaged_model=False)).model
+    recognizer = StreamingRecognizer(model, 2, model.config.streaming_chunk_seconds)
+    recognizer.accept_waveform(torch.from_numpy(read_audio(flac)))
+    recognizer.finish()
+    assert by_folder == by_file == recognizer.text
+    assert capsys.readouterr().out.count("final: ") == 2
