@@ -45,6 +45,7 @@ from asr.decode_methods import (CTC_SEARCH, BatchOutputs, DecodeMethod, SearchSe
 from asr.logs import format_duration, setup_logging
 from asr.scoring import TEXT_NORMALIZERS, Result, read_wer_summary, save_results
 from asr.test_sets import count_cuts, parse_test_sets
+from asr.threads import choose_threads, describe as describe_threads
 from asr.tokenizer import CharTokenizer, Tokenizer
 from asr.weights import build_trained_model, choose_weights, explicit_choice, load_lexicon, saved_run_config
 
@@ -76,6 +77,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
         raise SystemExit(f"ERROR: {error}") from None
     keys = [key for _, _, key in decoding_settings(options)]
     setup_logging(exp_dir, f"decode-{weights.suffix}")
+    choose_threads()
+    logging.info("threads: %s", describe_threads())
     compute_cer = options.compute_cer == "true" or (options.compute_cer == "auto" and isinstance(tokenizer, CharTokenizer))
     unit = "CER" if compute_cer else "WER"
 

@@ -67,6 +67,7 @@ from asr.train_step import (
     with_last_flag,
 )
 from asr.train_zero1 import consolidate
+from asr.threads import choose_threads, describe as describe_threads
 from asr.trainee import build_trainee, seed_everything
 from asr.weights import newest_checkpoint
 
@@ -120,12 +121,19 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     if finished is not None:
         print(f"training: {finished} exists: already finished")
         return
+    # The lexicon (train.lang_dir's, or the family's own) decides the model's output classes;
+    # a missing one is refused before anything is written.
+    try:
+        tokenizer = load_family(config.family).tokenizer(config.model, options.lang_dir)
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"ERROR: {error}") from None
     dist = setup_distributed(options.device)
     setup_logging(exp_dir, "train", dist.rank)
+    choose_threads()
+    logging.info("threads: %s", describe_threads())
     seed_everything(options.seed)
 
-    # Data. The lexicon (train.lang_dir's, or the family's own) decides the model's output classes.
-    tokenizer = load_family(config.family).tokenizer(config.model, options.lang_dir)
+    # Data.
     config.model = with_lexicon_size(config.model, tokenizer)
     trainee = build_trainee(config, dist.device, tokenizer.vocab_size, tokenizer.blank_id, dist.world_size,
                             dist.local_rank)

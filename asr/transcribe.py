@@ -27,6 +27,7 @@ import torch
 from asr.audio import SAMPLE_RATE, read_audio
 from asr.config import load_run_config
 from asr.decode_methods import CTC_SEARCH, BatchOutputs, SearchSettings, check_model_decodes, method_of
+from asr.threads import choose_threads, describe as describe_threads
 from asr.weights import explicit_choice, load_trained_model, saved_run_config
 
 FLAG_OVERRIDES = {"epoch": "decode.epoch", "iter": "decode.iter", "avg": "decode.avg",
@@ -39,8 +40,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, str]:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(message)s")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    choose_threads(args.threads)
+    logging.info("threads: %s", describe_threads())
     try:
         overrides = explicit_choice(list(args.overrides) + [f"{key}={getattr(args, flag)}"
                                                             for flag, key in FLAG_OVERRIDES.items()
@@ -101,7 +102,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--history-seconds", help="decode.history_seconds (streaming methods)")
     parser.add_argument("--lang-dir", help="default: the run's train.lang_dir (or the family's own tokenizer)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: the cores idle at the start, asr/threads.py)")
     parser.add_argument("--verbose", action="store_true", help="log what is loaded and how the audio is converted")
     parser.add_argument("--override", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="a configuration override (repeatable)")

@@ -27,6 +27,7 @@ update (8 s in evaluation); inference chunk by chunk with
 batch) and ``python -m llm_ctc.streaming.stream``.
 """
 
+import asr  # noqa: F401  (OpenMP settings before torch loads: asr/threads.py)
 from llm_ctc.config import LLMASRConfig
 
 __all__ = ["LLMASRConfig", "build_model", "load_model_checkpoint", "save_model_checkpoint"]

@@ -37,10 +37,9 @@ def _tokenizer_of(config: LLMASRConfig):
 
 def head_rows(config: LLMASRConfig) -> int:
     """Rows of the LLM head, from the LLM's configuration (the weights are not loaded)."""
-    from transformers import AutoConfig
+    from llm_ctc.language_model import pretrained_config
 
-    options = {"gguf_file": config.llm_gguf_file} if config.llm_gguf_file else {}
-    llm_config = AutoConfig.from_pretrained(config.llm, **options)
+    llm_config = pretrained_config(config.llm, "model.llm", config.llm_gguf_file)
     text_config = getattr(llm_config, "text_config", None) or llm_config  # Qwen3-ASR nests it
     return int(text_config.vocab_size)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -25,11 +26,24 @@ class PretrainedLM:
     hidden_size: int
 
 
+def pretrained_config(name_or_path: str, option: str = "model.llm", gguf_file: Optional[str] = None):
+    """transformers' configuration of a local folder or a hub model; ValueError naming
+    ``option`` when it is neither (instead of transformers' repo-id validation traceback)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(name_or_path, **({"gguf_file": gguf_file} if gguf_file else {}))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{option} {name_or_path!r}: not a model folder here ({Path(name_or_path).resolve()} "
+                         f"{'has no config.json' if Path(name_or_path).is_dir() else 'does not exist'}) nor a hub "
+                         f"model that can be loaded ({str(error).splitlines()[0][:160]})") from None
+
+
 def load_pretrained_lm(name_or_path: str, dtype: str = "float32", attn_implementation: Optional[str] = None,
                        gguf_file: Optional[str] = None) -> PretrainedLM:
     """A causal LM (``AutoModelForCausalLM``) or the language model of a Qwen3-ASR checkpoint,
     by hub name or local directory (optionally a GGUF file in it); every parameter frozen."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     if not name_or_path:
         raise ValueError("model.llm is empty: name a causal LM (hub name or local directory)")
@@ -37,7 +51,7 @@ def load_pretrained_lm(name_or_path: str, dtype: str = "float32", attn_implement
     if attn_implementation:
         options["attn_implementation"] = attn_implementation
     file_options = {"gguf_file": gguf_file} if gguf_file else {}
-    model_type = AutoConfig.from_pretrained(name_or_path, **file_options).model_type
+    model_type = pretrained_config(name_or_path, "model.llm", gguf_file).model_type
     options.update(file_options)
     if model_type == "qwen3_asr":
         from transformers import Qwen3ASRForConditionalGeneration
@@ -79,7 +93,12 @@ def load_tokenizer(name_or_path: str, gguf_file: Optional[str] = None):
     """The LLM's own tokenizer (``AutoTokenizer``)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name_or_path, **({"gguf_file": gguf_file} if gguf_file else {}))
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, **({"gguf_file": gguf_file} if gguf_file else {}))
+    except (OSError, ValueError) as error:
+        where = "exists" if Path(name_or_path).exists() else "does not exist"
+        raise ValueError(f"model.tokenizer (default: model.llm) {name_or_path!r}: no tokenizer there "
+                         f"({Path(name_or_path).resolve()} {where}; {str(error).splitlines()[0][:160]})") from None
 
 
 def backbone_states(backbone: nn.Module, inputs_embeds: Tensor, attention_mask: Tensor,

@@ -13,6 +13,8 @@ from typing import Dict, Iterable, List, Sequence
 import soundfile as sf
 from tqdm import tqdm
 
+from asr.constants import SAMPLE_RATE
+
 PLACE_CORPUS_HINT = (
     "Download it with stage 0, or place or symlink an existing copy there, e.g.\n"
     "  ln -s /path/to/your/{name} {path}"
@@ -41,6 +43,11 @@ def check_audio_files(paths: Iterable[Path], description: str) -> None:
             raise CorpusError(f"audio file {path} is not readable audio: {error}") from None
         if info.frames == 0:
             raise CorpusError(f"audio file {path} holds no samples")
+        if info.samplerate != SAMPLE_RATE or info.channels != 1:
+            raise CorpusError(
+                f"audio file {path} is {info.samplerate} Hz with {info.channels} channel(s); the recipes' features "
+                f"and models expect {SAMPLE_RATE} Hz mono: convert the corpus first, e.g. "
+                f"sox IN.flac -r {SAMPLE_RATE} -c 1 OUT.flac")
 
 
 def _glob_nonempty(folder: Path, pattern: str, what: str) -> List[Path]:

@@ -147,7 +147,12 @@ comma_list() {
 training_settings() {
   local extra=()
   read -r -a extra <<< "$train_args"
-  [ -f "$train_config" ] || die "--train-config: file not found: $train_config"
+  [ -f "$train_config" ] || die "${config_option:---train-config}: file not found: $train_config"
+  local setting
+  for setting in "${extra[@]}"; do
+    # --train-args "train.exp_dir=..." wins: the stages announce and use that folder.
+    case "$setting" in train.exp_dir=*) exp_dir=${setting#train.exp_dir=} ;; esac
+  done
   train_settings=(train.exp_dir="$exp_dir" "$@" "${extra[@]}")
 }
 
@@ -214,6 +219,12 @@ recipe_setup() {
   cd "$recipe_dir" || exit 1
   manifest_dir=data/manifests
   fbank_dir=data/fbank
+  local last_stage
+  last_stage=$(grep -oE 'run_stage [0-9]+' "$recipe_dir/run.sh" | awk '{print $2}' | sort -n | tail -1)
+  if [ -n "$last_stage" ] && [ "$stage" -gt "$last_stage" ]; then
+    die "--stage $stage: this recipe's stages are 0..$last_stage (see the stage list at the top of run.sh)"
+  fi
+  [ "$stage" -le "$stop_stage" ] || die "--stage $stage is after --stop-stage $stop_stage: no stage would run"
   mkdir -p "$manifest_dir" "$fbank_dir"
   log "stages $stage..$stop_stage, nj=$nj, download dir $dl_dir, python $(command -v python)"
 }

@@ -121,7 +121,7 @@ if run_stage 7 "LLM parts: the decoding weights of $exp_dir as $encoder_weights,
 fi
 
 if [ "$stage" -le 9 ] && [ "$stop_stage" -ge 8 ]; then
-  train_config=$llm_config
+  train_config=$llm_config config_option=--llm-config
   exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)
   training_settings model.llm="$llm_dir" model.encoder_path="$encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
@@ -143,12 +143,14 @@ fi
 # then the per-chunk compute and cache size over a 60 s input made of test utterances.
 streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
   model.streaming_max_history=8)
-if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into exp/${tag}_$(basename "$llm_config" .yaml)_streaming"; then
-  train_config=$llm_config
+if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
+  train_config=$llm_config config_option=--llm-config
   exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
   training_settings model.llm="$llm_dir" model.encoder_path="$encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
     data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${streaming_settings[@]}"
+fi
+if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into $exp_dir"; then
   train_model
   decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $decode_args"
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"

@@ -38,6 +38,9 @@ def load_streaming_model(args: argparse.Namespace):
     overrides = [f"decode.{key}={value}" for key, value in choice.items() if value is not None]
     exp_dir = args.exp_dir
     if args.checkpoint is not None:
+        if args.checkpoint.is_dir():
+            raise ValueError(f"--checkpoint {args.checkpoint} is a folder: give it as --exp-dir (with --epoch/--iter "
+                             "and --avg), or name one of its checkpoint files")
         if not args.checkpoint.is_file():
             raise FileNotFoundError(f"--checkpoint: no such file: {args.checkpoint}")
         match = re.fullmatch(r"(epoch|checkpoint)-(\d+)\.pt", args.checkpoint.name)

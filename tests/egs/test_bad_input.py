@@ -143,3 +143,27 @@ def test_failed_download_says_how_to_place_a_copy(tmp_path, monkeypatch):
     with pytest.raises(DownloadError, match=f"write it into {tmp_path}/password"):
         download_corpus("gigaspeech", tmp_path, ["XL"])
     assert not (tmp_path / "GigaSpeech").exists() and not (tmp_path / "LibriSpeech").exists()
+
+
+def test_a_stage_the_recipe_does_not_have_is_refused(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    result = run_recipe(recipe, "--stage", "11", "--stop-stage", "11", check=False)
+    assert result.returncode != 0
+    assert "--stage 11: this recipe's stages are 0..10" in result.stdout + result.stderr
+    backwards = run_recipe(recipe, "--stage", "5", "--stop-stage", "4", check=False)
+    assert backwards.returncode != 0 and "no stage would run" in backwards.stdout + backwards.stderr
+
+
+def test_a_missing_llm_preset_is_named_by_its_own_option(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    result = run_recipe(recipe, "--stage", "8", "--stop-stage", "8", "--llm-config", "conf/nope.yaml", check=False)
+    message = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "--llm-config: file not found: conf/nope.yaml" in message and "--train-config" not in message
+
+
+def test_a_training_folder_given_in_train_args_is_the_one_announced(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    result = run_recipe(recipe, "--stage", "8", "--stop-stage", "8", "--train-args", "train.exp_dir=exp/mine",
+                        check=False)  # fails later: stages 0-7 did not run
+    assert "on the frozen Zipformer into exp/mine" in result.stdout + result.stderr

@@ -121,3 +121,16 @@ def test_schedule_warms_up_linearly_then_follows_the_cosine_to_its_floor() -> No
     restored = WarmupCosine(torch.optim.AdamW([parameter], lr=2e-4), 1, 2)
     restored.load_state_dict(schedule.state_dict())
     assert restored.get_last_lr() == schedule.get_last_lr() and restored.batch == 5000
+
+
+def test_a_missing_llm_folder_is_one_line_and_leaves_nothing_behind(small_training_corpus, ctc_config, tmp_path):
+    from asr.train import main as train
+    from references.tiny_llm import tiny_llm_training_arguments
+
+    exp_dir = tmp_path / "exp"
+    missing = tmp_path / "no_such_llm"
+    arguments = [argument for argument in tiny_llm_training_arguments(small_training_corpus, ctc_config, exp_dir)
+                 if not argument.startswith(("model.llm=", "model.tokenizer="))]
+    with pytest.raises(SystemExit, match=f"ERROR: model.(llm|tokenizer).*{missing}.*does not exist"):
+        train([*arguments, f"model.llm={missing}"])
+    assert not exp_dir.exists()

@@ -119,6 +119,8 @@ def test_stream_command_errors_are_one_line(ctc_model, tmp_path):
     write_wav(tmp_path / "a.wav", np.zeros(1600))
     with pytest.raises(SystemExit, match="ERROR: --checkpoint: no such file"):
         main(["--checkpoint", str(tmp_path / "none.pt"), "--audio", str(tmp_path / "a.wav")])
+    with pytest.raises(SystemExit, match="is a folder: give it as --exp-dir"):
+        main(["--checkpoint", str(tmp_path), "--audio", str(tmp_path / "a.wav")])
     with pytest.raises(SystemExit, match="ERROR: train.exp_dir: experiment folder not found"):
         main(["--exp-dir", str(tmp_path / "none"), "--audio", str(tmp_path / "a.wav")])
 
