@@ -72,7 +72,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
             raise FileNotFoundError(f"train.exp_dir: experiment folder not found: {exp_dir}")
         weights = choose_weights(exp_dir, options)
         test_sets = parse_test_sets(options.test_cuts)
-        tokenizer = load_lexicon(weights.resolve(config.train.lang_dir), weights.saved)
+        # The lexicon the run trained with, unless the command line names another.
+        given = any(o.startswith("train.lang_dir=") for o in list(args.overrides) + flag_overrides(args))
+        lang_dir = weights.resolve(config.train.lang_dir) if given else weights.saved.train.lang_dir
+        tokenizer = load_lexicon(lang_dir, weights.saved)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     keys = [key for _, _, key in decoding_settings(options)]

@@ -56,7 +56,7 @@ def load_streaming_model(config_path: Optional[Path], overrides: Sequence[str]):
     from asr.weights import explicit_choice, load_trained_model
 
     config = load_run_config(config_path, explicit_choice(overrides))
-    trained = load_trained_model(config.train.exp_dir, config.decode, config.train.lang_dir)
+    trained = load_trained_model(config.train.exp_dir, config.decode)
     if STREAMING not in trained.model.decoding:
         raise ValueError(f"{trained.weights.paths[-1]} is not a streaming LLM-CTC model (model.streaming is false)")
     return trained.model, trained.weights.suffix

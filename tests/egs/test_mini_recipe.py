@@ -93,3 +93,47 @@ def test_default_run_learns(recipe_copy) -> None:
     subprocess.run(["bash", str(recipe / "run.sh")], cwd=recipe, env=env, check=True, timeout=3600)
     summary = wer_summary(next((recipe / "exp" / "full_pruned_ctc").glob("wer-summary-test-clean-*.txt")))
     assert all(rate <= 15.0 for rate in summary.values()), summary
+
+
+def readme_commands(prefix: str) -> list:
+    """The README's commands that start with ``prefix``, continuation lines joined."""
+    lines = (Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()
+    commands, current = [], None
+    for line in lines:
+        text = line.strip()
+        if current is not None:
+            current += " " + text.rstrip("\\").strip()
+            if not text.endswith("\\"):
+                commands.append(current)
+                current = None
+        elif text.startswith(prefix):
+            current = text.rstrip("\\").strip()
+            if not text.endswith("\\"):
+                commands.append(current)
+                current = None
+    return [command.split("  #")[0].strip() for command in commands]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("prefix", ["python -m asr.decode --config egs/mini", "python -m asr.transcribe --exp-dir egs/mini/exp/full_pruned_ctc",
+                                    "python -m zipformer.export_onnx --exp-dir egs/mini"])
+def test_readme_commands_run_from_the_repository_root(quick_run, prefix, tmp_path) -> None:
+    """The README's decode, transcribe and export commands, on the quick run (its folders
+    and preset in place of the full run's), from the root of the checkout that holds it."""
+    import shlex
+
+    recipe, _ = quick_run
+    root = recipe.parent.parent
+    wav = next((recipe / "data" / "quick").rglob("*.flac"), None) or next(recipe.rglob("*.flac"))
+    commands = readme_commands(prefix)
+    assert commands, prefix
+    for command in commands:
+        command = (command.replace("full_", "quick_").replace("data/full", "data/quick")
+                   .replace("conf/train.yaml", "conf/train_quick.yaml").replace("a.flac b.wav", str(wav)))
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), OMP_NUM_THREADS="1")
+        argv = shlex.split(command)
+        result = subprocess.run([sys.executable, *argv[1:]], cwd=root, env=env, capture_output=True, text=True,
+                                timeout=600)
+        assert result.returncode == 0, (command, result.stdout[-2000:], result.stderr[-2000:])
+        if "asr.transcribe" in command:
+            assert result.stdout.startswith(f"{wav}\t"), result.stdout
