@@ -1,5 +1,6 @@
-"""What the LLM-CTC analysis scripts share (benchmark_blank_beam_mass.py,
-benchmark_llm_rtf.py): randomly initialized models built from configuration and saved
+"""What the LLM-CTC analysis programs share (``benchmarks.llm_discarded_mass``,
+``benchmarks.llm_rtf`` and its profile and precision check, the full step of
+``benchmarks.frozen_head``): randomly initialized models built from configuration and saved
 where ``llm_ctc`` loads them from (a Qwen3 causal LM with the real 151,936-row head, a
 Zipformer CTC checkpoint as the frozen encoder, the real Qwen3 tokenizer), and the
 utterances they run on: a Lhotse cut manifest (the egs/mini test sentences) or, without
@@ -19,7 +20,8 @@ from typing import List, Optional
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.support import REPO
+
 MINI_TEST_CUTS = REPO / "egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz"
 MAKE_MINI_DATA = "cd egs/mini && ./run.sh --stop-stage 3"
 QWEN3_HEAD_ROWS = 151_936  # Qwen3's vocabulary head (the tokenizer uses 151,669 rows)

@@ -1,9 +1,9 @@
-"""What the benchmark and analysis scripts share: synthetic batches (paper App. C.2),
+"""What the benchmark and analysis programs share: synthetic batches (paper App. C.2),
 memory probes, device synchronization, the machine's description and load, runs of one
 configuration in a fresh process, and atomic writers with provenance lines.
 
-Scripts import this module by name (Python puts a script's own folder on sys.path);
-no script imports another script.
+Programs run from the repository root as ``python -m benchmarks.<experiment>`` and import
+this module as ``benchmarks.support``; no program imports another program.
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ import json
 import os
 import platform
 import resource
+import shlex
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
+
+REPO = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------- synthetic batches
 # App. C.2: every utterance contributes exactly 100 encoder frames; about 25 target
@@ -155,19 +159,51 @@ def limit_address_space(megabytes: int) -> Callable[[], None]:
     return preexec
 
 
-def run_fresh(arguments: Sequence[str], environment: Optional[dict] = None,
+def checkout_environment(environment: Optional[dict] = None) -> dict:
+    """This process's environment (plus ``environment``) with this checkout first on
+    PYTHONPATH: a child imports this tree's packages, not an installed copy's."""
+    paths = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, **(environment or {}), PYTHONPATH=os.pathsep.join(paths))
+
+
+def run_fresh(program: str, arguments: Sequence[str], environment: Optional[dict] = None,
               preexec: Optional[Callable[[], None]] = None
               ) -> tuple[Optional[dict], subprocess.CompletedProcess]:
-    """Runs ``python arguments...`` in a fresh process (so that peaks and allocator state
-    of one configuration do not reach the next) and returns its ``print_result`` dict, or
-    None when it failed, with the completed process."""
-    completed = subprocess.run([sys.executable, *arguments], capture_output=True, text=True,
-                               env=dict(os.environ, **(environment or {})),
+    """Runs ``python -m program arguments...`` in a fresh process (so that peaks and
+    allocator state of one configuration do not reach the next) and returns its
+    ``print_result`` dict, or None when it failed, with the completed process."""
+    completed = subprocess.run([sys.executable, "-m", program, *arguments], capture_output=True,
+                               text=True, env=checkout_environment(environment),
                                preexec_fn=preexec)
     lines = [line for line in completed.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if completed.returncode != 0 or not lines:
         return None, completed
     return json.loads(lines[-1][len(RESULT_PREFIX):]), completed
+
+
+def interleaved_times(steps: dict[str, Callable[[], float]], rounds: int,
+                      reference: Optional[str] = None) -> dict:
+    """Times the ``steps`` (name -> one timed run, in seconds) alternately, ``rounds``
+    rounds after one warm-up each, so that a change of load hits them alike. Returns
+    ``rounds``, the 1-minute load's range and, per name, ``<name>_s`` (the median) and
+    ``<name>_times_s``; with a ``reference`` among the names, also
+    ``<name>_over_<reference>``, the median of the per-round ratios."""
+    for step in steps.values():
+        step()
+    times = {name: [] for name in steps}
+    loads = [os.getloadavg()[0]]
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times[name].append(step())
+        loads.append(os.getloadavg()[0])
+    row = dict(rounds=rounds, load_min=min(loads), load_max=max(loads))
+    for name, values in times.items():
+        row[f"{name}_s"] = statistics.median(values)
+        row[f"{name}_times_s"] = " ".join(f"{t:.3f}" for t in values)
+        if reference in times and name != reference:
+            row[f"{name}_over_{reference}"] = statistics.median(
+                a / b for a, b in zip(values, times[reference]))
+    return row
 
 
 # ---------------------------------------------------------------- machine and writers
@@ -192,11 +228,21 @@ def machine_description(device: str) -> str:
             f"load average {load_average()} when written")
 
 
+def command_line() -> str:
+    """The command that started this process: ``python -m benchmarks.<experiment> ...`` for
+    a program run as a module (from the repository root), else the script's path."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        program = ["-m", spec.name.removesuffix(".__main__")]
+    else:
+        program = [Path(sys.argv[0]).as_posix()]
+    return "python " + shlex.join(program + sys.argv[1:])
+
+
 def provenance_lines(device: str) -> list[str]:
     """Markdown lines: the command that ran, the machine, torch and the date."""
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:])
-    return [f"Command: `{command}`", "",
+    return [f"Command: `{command_line()}`", "",
             f"Machine: {machine_description(device)}; torch {torch.__version__}; date {stamp}"]
 
 

@@ -5,7 +5,7 @@ Builds a batch of 16 utterances of 100 encoder frames (D = 512) with a 50,000-cl
 computes the loss and gradients with ``pruned_ctc_loss`` and with the dense baseline
 ``standard_ctc_loss``, and prints both with their agreement and time.
 
-    python scripts/pruned_ctc_demo.py [--vocab-size 50000]
+    python examples/pruned_ctc_demo.py [--vocab-size 50000]
 """
 
 import argparse

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Alignment-beam sweep (paper App. B.3, Fig. 5): discarded posterior mass per utterance.
 
 For every batch, the head and the selected log-probabilities S are computed once; the
@@ -20,10 +19,12 @@ Two kinds of input:
   their encoder frames fill batches of up to ``--max-duration`` seconds; no augmentation.
   Outputs are named ``*_real_<preset>_v<V>_<device>``.
 
-Examples (the committed CPU results):
-    python scripts/beam_sweep.py --vocab-sizes 500 2000 10000 50000 100000 \\
-        --frames 2000 4000 --seeds 0 1 2 --output-dir benchmarks/beam_sweep
-    python scripts/beam_sweep.py --cuts --seeds 0 1 2 --output-dir benchmarks/beam_sweep
+Examples (the committed CPU results), from the repository root:
+    python -m benchmarks.beam_sweep --vocab-sizes 500 2000 10000 50000 100000 \\
+        --frames 2000 4000 --seeds 0 1 2
+    python -m benchmarks.beam_sweep --cuts --seeds 0 1 2
+    python -m benchmarks.beam_sweep --cuts --preset M --lang-dir egs/mini/data/full/lang_bpe_500 \\
+        --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ from typing import Dict, Iterator, List, Optional
 
 import torch
 
-from benchmark_support import (add_grid_arguments, head_batch, provenance_lines, write_csv,
-                               write_text)
+from benchmarks.support import (REPO, add_grid_arguments, head_batch, provenance_lines, write_csv,
+                                write_text)
 from pruned_ctc import (DEFAULT_CHUNK_SIZE, ExcludedUtteranceWarning, ReducedBatch,
                         alignment_loss, reduce_vocabulary)
 
-REPO = Path(__file__).resolve().parent.parent
 CRITERION = 1e-11
 MINI_CUTS = REPO / "egs/mini/data/full/fbank/librispeech_cuts_train-clean-100.jsonl.gz"
 MAKE_MINI_DATA = "cd egs/mini && ./run.sh --stop-stage 3"
@@ -233,7 +233,7 @@ def sweep_synthetic(args, beams: List[float]):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_grid_arguments(parser)
     parser.add_argument("--beams", type=float, nargs="+",

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Real-time factor of CTC greedy and prefix beam search on synthetic posteriors.
 
 The posteriors look like a trained CTC model's: 25 frames per second, a label
@@ -14,7 +13,8 @@ or compiling it after an install) is measured apart and left out of the timings.
 Results go to <output-dir>/results.csv and <output-dir>/README.md, with the command,
 machine, torch version and date.
 
-  python scripts/benchmark_decoding.py --output-dir benchmarks/decoding
+From the repository root (the committed results):
+  python -m benchmarks.decoding --repeats 10
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Callable, List, Sequence
 import torch
 
 from asr.search import ctc_greedy_search, ctc_prefix_beam_search
-from benchmark_support import provenance_lines, write_csv, write_text
+from benchmarks.support import provenance_lines, write_csv, write_text
 
 FRAMES_PER_SECOND = 25
 # CPU seconds of this process: with one thread on an idle machine they equal wall
@@ -110,7 +110,8 @@ def agreement(ours: Sequence[List[int]], theirs: Sequence[List[int]]) -> float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=f"python -m {__package__}", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[500, 5000])
     parser.add_argument("--num-utterances", type=int, default=64)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Zipformer encoder forward + backward benchmark: speed and peak memory per preset.
 
 Each configuration runs in a fresh process (so peaks do not mix). On CPU, memory is the
@@ -6,29 +5,29 @@ peak resident set size above the worker's baseline (model and inputs built); on 
 is torch's peak allocated memory above the baseline. Results go to
 ``<output-dir>/encoder_<device>.csv`` and ``.md`` with the command and the machine.
 
-    python scripts/benchmark_encoder.py                       # M and S on CPU, fp32
-    python scripts/benchmark_encoder.py --device cuda --dtype bf16 --presets M
+From the repository root:
+    python -m benchmarks.encoder                       # M and S on CPU, fp32
+    python -m benchmarks.encoder --device cuda --dtype bf16 --presets M
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List
 
-from benchmark_support import (load_average, machine_description, memory_mb, print_result,
-                               reset_peak, run_fresh, synchronize, write_csv, write_text)
+from benchmarks.support import (command_line, load_average, machine_description, memory_mb,
+                                print_result, reset_peak, run_fresh, synchronize, write_csv,
+                                write_text)
 
 FRAMES_PER_SECOND = 100  # 10 ms fbank shift (asr.cut_filters.FRAME_SHIFT_SECONDS)
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n")[0])
     parser.add_argument("--presets", nargs="+", default=["M", "S"])
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=15.0, help="utterance duration")
@@ -128,17 +127,14 @@ def main(argv: List[str]) -> None:
     if args.worker:
         print_result(run_worker(args))
         return
-    command = " ".join(["python scripts/benchmark_encoder.py", shlex.join(argv)]).strip()
-    repo = Path(__file__).resolve().parent.parent
-    # The workers import this checkout's zipformer first.
-    env = dict(PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    command = command_line()
     load_before = load_average()
     rows = []
     for preset in args.presets:
-        worker = [__file__, *argv, "--presets", preset, "--worker"]
+        worker = [*argv, "--presets", preset, "--worker"]
         print(f"[{preset}] running {args.warmup + args.iters} steps in a fresh process ...",
               flush=True)
-        row, result = run_fresh(worker, env)
+        row, result = run_fresh(__package__, worker)
         if row is None:
             sys.exit(f"worker for preset {preset} failed:\n{result.stderr}")
         print(f"[{preset}] {row}", flush=True)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Full training steps with Zipformer-M: standard CTC vs Pruned CTC (paper Table 1, App. C.2).
 
 Each step is :func:`asr.train_step.training_step`: encoder forward, dropout, head and CTC
@@ -24,16 +23,17 @@ CUDA, ``torch.cuda.max_memory_allocated`` over the timed steps (the paper's coun
 batches stay on the host until a step moves them). On CPU, the peak resident set
 (/proc/self/status VmHWM, reset through /proc/self/clear_refs) over ``--memory-steps``
 steps after the first (which creates the optimizer state), glibc's mmap threshold fixed
-at 128 KiB so that the resident set follows the live tensors (benchmark_head_loss.py's
+at 128 KiB so that the resident set follows the live tensors (the head-loss benchmark's
 trick); the warm-up and timed steps follow with glibc's usual 32 MiB threshold
 (re-mapping every block slows a CPU step 2-5x).
 Time per step is the median over the timed steps, synchronized at both ends on CUDA;
 the overhead is the median of the per-step ratios pruned / standard of the paired steps
 (the same batch in both methods).
 
-    python scripts/benchmark_full_step.py                      # CPU grid (committed results)
-    python scripts/benchmark_full_step.py --device cuda        # the paper's grid, bf16
-    python scripts/benchmark_full_step.py --device cuda --grid 16000:180000,150000,100000
+From the repository root:
+    python -m benchmarks.full_step                      # CPU grid (committed results)
+    python -m benchmarks.full_step --device cuda        # the paper's grid, bf16
+    python -m benchmarks.full_step --device cuda --grid 16000:180000,150000,100000
 """
 
 from __future__ import annotations
@@ -46,13 +46,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from benchmark_support import (FIXED_MMAP_THRESHOLD, FRAMES_PER_UTTERANCE,
-                               TOKENS_PER_UTTERANCE, failure_reason,
-                               keep_freed_memory_for_reuse, load_average, memory_mb,
-                               print_result, provenance_lines, reset_peak, run_fresh,
-                               synchronize, write_csv, write_text, zipf_targets)
-
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.support import (FIXED_MMAP_THRESHOLD, FRAMES_PER_UTTERANCE, REPO,
+                                TOKENS_PER_UTTERANCE, failure_reason,
+                                keep_freed_memory_for_reuse, load_average, memory_mb,
+                                print_result, provenance_lines, reset_peak, run_fresh,
+                                synchronize, write_csv, write_text, zipf_targets)
 
 METHODS = ("standard", "pruned")
 # Table 1's grid (M, V): the largest V at which standard CTC completed a step on an H100 80 GB.
@@ -192,16 +190,13 @@ def run_configuration(args: argparse.Namespace, method: str, frames: int, vocab_
     if args.device == "cpu" and method == "standard":
         if standard_ctc_head_mib(frames, vocab_size) > available_host_mib():
             return None
-    child = [str(Path(__file__).resolve()), "--worker", f"{method},{frames},{vocab_size}",
+    child = ["--worker", f"{method},{frames},{vocab_size}",
              "--device", args.device, "--preset", args.preset, "--precision", args.precision,
              "--warmup", str(args.warmup), "--steps", str(args.steps), "--memory-steps",
              str(args.memory_steps), "--num-batches",
              str(args.num_batches), "--seed", str(args.seed), "--start-batch", str(args.start_batch)]
-    # The child imports this checkout's packages (zipformer, pruned_ctc) first.
-    environment = dict(FIXED_MMAP_THRESHOLD, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     load_before = os.getloadavg()[0]
-    row, completed = run_fresh(child, environment)
+    row, completed = run_fresh(__package__, child, FIXED_MMAP_THRESHOLD)
     if row is not None:
         row.update(load_before=load_before, load_after=os.getloadavg()[0])
         return row
@@ -300,7 +295,8 @@ def steps_text(args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--grid", nargs="+", type=parse_grid_entry, default=None,
                         help="M:V[,V...] entries: M encoder frames per batch (a multiple of 100), "

@@ -1,13 +1,10 @@
-#!/usr/bin/env python3
 """Head + CTC loss, forward and backward: standard CTC vs Pruned CTC (paper Fig. 3, App. C).
 
 Synthetic batches as in App. C.2: utterances of exactly 100 encoder frames (M / 100 of
 them), D = 512, about 25 target tokens per utterance with ids drawn from a Zipf-like
 distribution. Methods: ``standard`` (logits, log_softmax, torch CTC), ``unpruned``
-(Pruned CTC, beam None) and ``pruned`` (beam 100). ``--frozen-head`` is the LLM-CTC case
-(App. C.3, D.2: D = 1,024, V = 151,936 is Qwen3-0.6B's head): the weight and bias without
-gradients, a trainable blank offset eta added to the blank logit, the head input with its
-gradient.
+(Pruned CTC, beam None) and ``pruned`` (beam 100). The frozen LLM head (App. C.3) is
+measured by ``python -m benchmarks.frozen_head``.
 
 Memory (App. C.1): every (method, V, M) runs in a fresh process, measured after the
 warm-up and the timed runs, in one more forward and backward. It is the peak above the
@@ -38,16 +35,15 @@ device: on CPU it caps each child's address space (RLIMIT_AS, which includes the
 that Python and torch map before any tensor), on CUDA it sets the per-process memory
 fraction to N MB.
 
-The paper's protocol on CPU (the committed results):
-    python scripts/benchmark_head_loss.py --frames 4000 --vocab-sizes 20000 100000 \
-        --methods standard pruned --output-dir benchmarks/head_loss
-    python scripts/benchmark_head_loss.py --frames 4000 --vocab-sizes 151936 --dim 1024 \
-        --frozen-head --methods standard pruned --no-dp --output-dir benchmarks/head_loss_frozen
+The paper's protocol on CPU (the committed results, from the repository root):
+    python -m benchmarks.head_loss --frames 2000 4000 \\
+        --vocab-sizes 500 2000 5000 10000 20000 50000 100000 --methods standard pruned --dp-runs 7
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -56,90 +52,40 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmark_support import (FIXED_MMAP_THRESHOLD, FRAMES_PER_UTTERANCE, failure_reason,
-                               head_batch, limit_address_space, memory_mb, print_result,
-                               reset_peak, run_fresh, synchronize, unmap_freed_blocks)
-from head_loss_report import write_outputs
+from benchmarks.head_loss.out_of_memory import FIT_POINTS, extrapolate_oom_rows, oom_row
+from benchmarks.head_loss.report import write_outputs
+from benchmarks.support import (FIXED_MMAP_THRESHOLD, FRAMES_PER_UTTERANCE, failure_reason,
+                                head_batch, interleaved_times, limit_address_space, memory_mb,
+                                print_result, reset_peak, run_fresh, synchronize,
+                                unmap_freed_blocks)
 
 METHODS = ("standard", "unpruned", "pruned")
-EXTRAPOLATED_FIELDS = ("time_s", "peak_extra_mb", "activation_mb")
-FIT_POINTS = 4
 DP_VOCAB_SIZE = 20000
 
-__all__ = ["failure_reason"]  # re-exported for the tests of the OOM classification
 
-
-def extrapolate_linear(vs, ys, v: float) -> float:
-    """Least-squares line y = a v + b through (vs, ys), evaluated at v (>= 2 points)."""
-    if len(vs) != len(ys) or len(vs) < 2:
-        raise ValueError("extrapolate_linear needs at least two (v, y) points")
-    mean_v = sum(vs) / len(vs)
-    mean_y = sum(ys) / len(ys)
-    spread = sum((x - mean_v) ** 2 for x in vs)
-    if spread == 0:
-        raise ValueError("extrapolate_linear needs at least two distinct v")
-    slope = sum((x - mean_v) * (y - mean_y) for x, y in zip(vs, ys)) / spread
-    return mean_y + slope * (v - mean_v)
-
-
-def extrapolate_oom_rows(rows: list[dict]) -> None:
-    """Fills the OOM rows' time and memory from the four largest feasible V of their
-    (method, M), in place (App. C.2); fewer than two feasible points: left empty."""
-    for row in rows:
-        if not row["oom"]:
-            continue
-        feasible = sorted((r for r in rows if not r["oom"] and r["method"] == row["method"]
-                           and r["frames"] == row["frames"]),
-                          key=lambda r: r["vocab_size"])[-FIT_POINTS:]
-        if len({r["vocab_size"] for r in feasible}) < 2:
-            continue
-        vocab = [r["vocab_size"] for r in feasible]
-        for field in EXTRAPOLATED_FIELDS:
-            value = extrapolate_linear(vocab, [float(r[field]) for r in feasible],
-                                       row["vocab_size"])
-            row[field] = round(value, 4 if field == "time_s" else 1)
-        row["extrapolated"] = True
-
-
-def oom_row(method: str, vocab_size: int, num_frames: int, dim: int, chunk_size: int,
-            frozen_head: bool = False) -> dict:
-    """A configuration that ran out of memory, same columns as ``run_single``'s rows."""
-    return dict(method=method, vocab_size=vocab_size, frames=num_frames, dim=dim,
-                frozen_head=frozen_head,
-                chunk_size=chunk_size if method != "standard" else "", selected_classes="",
-                time_s="", times_s="", peak_extra_mb="", forward_extra_mb="",
-                activation_mb="", gradient_mb="", load_start="", load_end="", oom=True,
-                extrapolated=False)
-
-
-def trainable_parameters(encoder_out, weight, bias, frozen_head: bool):
-    """Sets which tensors get gradients; returns the blank offset eta of a frozen head
-    (LLM-CTC, App. D.2), else None."""
-    encoder_out.requires_grad_(True)
-    weight.requires_grad_(not frozen_head)
-    bias.requires_grad_(not frozen_head)
-    if not frozen_head:
-        return None
-    return torch.zeros((), device=encoder_out.device, requires_grad=True)
+def trainable_head_batch(vocab_size: int, num_frames: int, dim: int, device: str):
+    """App. C.2's synthetic batch with the head input, weight and bias trainable."""
+    batch = head_batch(vocab_size, num_frames, dim, device)
+    for tensor in batch[:3]:
+        tensor.requires_grad_(True)
+    return batch
 
 
 def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_size: int,
-               device: str, warmup: int, runs: int, frozen_head: bool = False) -> dict:
+               device: str, warmup: int, runs: int) -> dict:
     """One configuration in this process: times, then the peaks of one more step."""
     from pruned_ctc import DEFAULT_BEAM, pruned_ctc_loss, standard_ctc_loss
 
     load_start = os.getloadavg()[0]
-    encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
+    encoder_out, weight, bias, targets, frame_counts, target_lengths = trainable_head_batch(
         vocab_size, num_frames, dim, device)
-    blank_offset = trainable_parameters(encoder_out, weight, bias, frozen_head)
     if method == "standard":
         loss_function, options = standard_ctc_loss, {}
     else:
         loss_function = pruned_ctc_loss
         options = dict(chunk_size=chunk_size,
                        beam=None if method == "unpruned" else DEFAULT_BEAM)
-    options["blank_offset"] = blank_offset
-    parameters = (encoder_out, weight, bias, blank_offset)
+    parameters = (encoder_out, weight, bias)
 
     def forward():
         return loss_function(encoder_out, weight, bias, targets, frame_counts,
@@ -147,8 +93,7 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
 
     def step() -> float:
         for tensor in parameters:
-            if tensor is not None:
-                tensor.grad = None
+            tensor.grad = None
         synchronize(device)
         start = time.perf_counter()
         forward().backward()
@@ -159,23 +104,21 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
         step()
     times = [step() for _ in range(runs)]
     for tensor in parameters:
-        if tensor is not None:
-            tensor.grad = None
+        tensor.grad = None
     baseline = memory_mb(device, peak=False)
     reset_peak(device)
     loss = forward()
     forward_peak = memory_mb(device, peak=True)
     loss.backward()
     peak = memory_mb(device, peak=True)
-    gradient_mb = sum(t.numel() * t.element_size() for t in (weight, bias)
-                      if t.requires_grad) / 2 ** 20
+    gradient_mb = sum(t.numel() * t.element_size() for t in (weight, bias)) / 2 ** 20
     # Pruned CTC's scalar reductions form the head's gradients during the forward pass.
     gradient_in_forward = gradient_mb if method != "standard" else 0.0
     activation = max(forward_peak - baseline - gradient_in_forward,
                      peak - baseline - gradient_mb)
     num_selected = int(torch.unique(targets).numel()) + 1  # targets never hold blank
     return dict(method=method, vocab_size=vocab_size, frames=num_frames, dim=dim,
-                frozen_head=frozen_head, chunk_size=chunk_size if method != "standard" else "",
+                chunk_size=chunk_size if method != "standard" else "",
                 selected_classes=num_selected, time_s=statistics.median(times),
                 times_s=" ".join(f"{t:.4f}" for t in times),
                 peak_extra_mb=round(peak - baseline, 1),
@@ -186,48 +129,32 @@ def run_single(method: str, vocab_size: int, num_frames: int, dim: int, chunk_si
 
 
 def run_interleaved(methods: list[str], vocab_size: int, num_frames: int, dim: int,
-                    chunk_size: int, device: str, rounds: int, frozen_head: bool = False) -> dict:
+                    chunk_size: int, device: str, rounds: int) -> dict:
     """Times the methods alternately on the same inputs in one process, ``rounds`` times
     after one warm-up each: a change of load hits them alike. Returns the median time of
     each method and the median over rounds of each method's time over standard CTC's."""
     from pruned_ctc import DEFAULT_BEAM, pruned_ctc_loss, standard_ctc_loss
 
-    encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
+    encoder_out, weight, bias, targets, frame_counts, target_lengths = trainable_head_batch(
         vocab_size, num_frames, dim, device)
-    blank_offset = trainable_parameters(encoder_out, weight, bias, frozen_head)
     functions = {"standard": (standard_ctc_loss, {}),
                  "unpruned": (pruned_ctc_loss, dict(chunk_size=chunk_size, beam=None)),
                  "pruned": (pruned_ctc_loss, dict(chunk_size=chunk_size, beam=DEFAULT_BEAM))}
 
     def step(method: str) -> float:
         loss_function, options = functions[method]
-        for tensor in (encoder_out, weight, bias, blank_offset):
-            if tensor is not None:
-                tensor.grad = None
+        for tensor in (encoder_out, weight, bias):
+            tensor.grad = None
         synchronize(device)
         start = time.perf_counter()
         loss_function(encoder_out, weight, bias, targets, frame_counts,
-                      target_lengths=target_lengths, blank_offset=blank_offset,
-                      **options).backward()
+                      target_lengths=target_lengths, **options).backward()
         synchronize(device)
         return time.perf_counter() - start
 
-    for method in methods:
-        step(method)
-    times = {method: [] for method in methods}
-    loads = [os.getloadavg()[0]]
-    for _ in range(rounds):
-        for method in methods:
-            times[method].append(step(method))
-        loads.append(os.getloadavg()[0])
-    row = dict(vocab_size=vocab_size, frames=num_frames, dim=dim, frozen_head=frozen_head,
-               rounds=rounds, load_min=min(loads), load_max=max(loads))
-    for method in methods:
-        row[f"{method}_s"] = statistics.median(times[method])
-        row[f"{method}_times_s"] = " ".join(f"{t:.3f}" for t in times[method])
-        if method != "standard" and "standard" in methods:
-            row[f"{method}_over_standard"] = statistics.median(
-                a / b for a, b in zip(times[method], times["standard"]))
+    row = dict(vocab_size=vocab_size, frames=num_frames, dim=dim)
+    row.update(interleaved_times({m: functools.partial(step, m) for m in methods}, rounds,
+                                 reference="standard"))
     return row
 
 
@@ -293,7 +220,7 @@ def run_dp(num_frames: int, vocab_size: int, device: str, runs: int) -> dict:
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--vocab-sizes", type=int, nargs="+",
@@ -304,8 +231,6 @@ def parse_args():
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="Pruned CTC's C (default: pruned_ctc.DEFAULT_CHUNK_SIZE)")
-    parser.add_argument("--frozen-head", action="store_true",
-                        help="no weight or bias gradient, a trainable blank offset (a frozen LLM head)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dp", action=argparse.BooleanOptionalAction, default=True,
@@ -341,11 +266,9 @@ def parse_args():
 
 
 def child_arguments(args, method: str, vocab_size: int, frames: int) -> list[str]:
-    arguments = [__file__, "--single", f"{method},{vocab_size},{frames}", "--device",
+    arguments = ["--single", f"{method},{vocab_size},{frames}", "--device",
                  args.device, "--dim", str(args.dim), "--chunk-size", str(args.chunk_size),
                  "--warmup", str(args.warmup), "--runs", str(args.runs)]
-    if args.frozen_head:
-        arguments.append("--frozen-head")
     if args.memory_limit_mb is not None:
         arguments += ["--memory-limit-mb", str(args.memory_limit_mb)]
     return arguments
@@ -360,14 +283,12 @@ def main() -> None:
                 min(1.0, args.memory_limit_mb * 2 ** 20 / total))
         method, vocab_size, frames = args.single.split(",")
         print_result(run_single(method, int(vocab_size), int(frames), args.dim,
-                                args.chunk_size, args.device, args.warmup, args.runs,
-                                args.frozen_head))
+                                args.chunk_size, args.device, args.warmup, args.runs))
         return
     if args.interleaved:
         vocab_size, frames = args.interleaved.split(",")
         print_result(run_interleaved(args.methods, int(vocab_size), int(frames), args.dim,
-                                     args.chunk_size, args.device, args.interleave_rounds,
-                                     args.frozen_head))
+                                     args.chunk_size, args.device, args.interleave_rounds))
         return
 
     # Methods innermost: each V's methods run back to back, under about the same load.
@@ -379,13 +300,12 @@ def main() -> None:
         preexec = None
         if args.memory_limit_mb is not None and args.device == "cpu":
             preexec = limit_address_space(args.memory_limit_mb)
-        row, completed = run_fresh(child_arguments(args, method, vocab_size, frames),
+        row, completed = run_fresh(__package__, child_arguments(args, method, vocab_size, frames),
                                    FIXED_MMAP_THRESHOLD, preexec)
         if row is None:
             out_of_memory, reason = failure_reason(completed.returncode, completed.stderr)
             if out_of_memory:
-                rows.append(oom_row(method, vocab_size, frames, args.dim, args.chunk_size,
-                                    args.frozen_head))
+                rows.append(oom_row(method, vocab_size, frames, args.dim, args.chunk_size))
             print(f"[{index}/{len(configurations)}] {method} V={vocab_size} M={frames}: "
                   f"{reason}" + (" (marked OOM)" if out_of_memory else ", skipped"), flush=True)
             continue
@@ -401,10 +321,10 @@ def main() -> None:
     for frames, vocab_size in ([] if args.only_dp or not args.interleave_rounds else
                                [(f, v) for f in args.frames for v in args.vocab_sizes]):
         arguments = child_arguments(args, "-", vocab_size, frames)
-        arguments[1:3] = ["--interleaved", f"{vocab_size},{frames}"]
+        arguments[0:2] = ["--interleaved", f"{vocab_size},{frames}"]
         arguments += ["--methods", *args.methods, "--interleave-rounds",
                       str(args.interleave_rounds)]
-        row, completed = run_fresh(arguments, FIXED_MMAP_THRESHOLD)
+        row, completed = run_fresh(__package__, arguments, FIXED_MMAP_THRESHOLD)
         if row is None:
             print(f"interleaved V={vocab_size} M={frames}: "
                   f"{failure_reason(completed.returncode, completed.stderr)[1]}", flush=True)

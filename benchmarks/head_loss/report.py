@@ -1,4 +1,4 @@
-"""The results file and plot of scripts/benchmark_head_loss.py (a module it imports)."""
+"""The results file and plot of the head-loss benchmark (``python -m benchmarks.head_loss``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from benchmark_support import provenance_lines, write_csv, write_text
+from benchmarks.support import provenance_lines, write_csv, write_text
 
 DP_HEADING = "## Alignment DP alone vs torch's native CTC (same reduced (M, K) input)"
 METHOD_ORDER = ("standard", "pruned", "unpruned")
@@ -79,7 +79,7 @@ def grid_section(rows: list[dict], dp_rows: list[dict], fit_points: int) -> list
     dp_by_frames = {r["frames"]: r for r in dp_rows}
     methods = [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]
     others = [m for m in methods if m != "standard"]
-    header = ["M", "V", "D", "head", "K"] + [f"{m} time (s)" for m in methods]
+    header = ["M", "V", "D", "K"] + [f"{m} time (s)" for m in methods]
     header += [f"{m} / standard time" for m in others]
     header += [f"{m} peak (MB)" for m in methods]
     header += [f"standard / {m} peak" for m in others] + ["1-min load"]
@@ -93,8 +93,7 @@ def grid_section(rows: list[dict], dp_rows: list[dict], fit_points: int) -> list
         first = next(r for r in cells.values() if r is not None)
         selected = next((r["selected_classes"] for r in cells.values()
                          if r is not None and not r["oom"]), "-")
-        line = [f"{frames}", f"{vocab_size}", f"{first['dim']}",
-                "frozen" if first.get("frozen_head") else "trained", f"{selected}"]
+        line = [f"{frames}", f"{vocab_size}", f"{first['dim']}", f"{selected}"]
         line += [time_cell(cells[m]) for m in methods]
         line += [ratio_cell(cells[m], cells.get("standard"), "time_s") for m in others]
         line += [memory_cell(cells[m], "peak_extra_mb") for m in methods]
@@ -157,12 +156,11 @@ def interleaved_section(rows: list[dict]) -> list[str]:
              f"Each round runs every method once on the same inputs, {rows[0]['rounds']} "
              "rounds after one warm-up each, so that a change of load hits the methods alike. "
              "Medians of the times and of the per-round ratios.", "",
-             "| M | V | D | head | " + " | ".join(f"{m} (s)" for m in methods) + " | "
+             "| M | V | D | " + " | ".join(f"{m} (s)" for m in methods) + " | "
              + " | ".join(f"{m} / standard" for m in others) + " | 1-min load |",
-             "|---|---|---|---|" + "---|" * (len(methods) + len(others) + 1)]
+             "|---|---|---|" + "---|" * (len(methods) + len(others) + 1)]
     for r in rows:
         lines.append(f"| {r['frames']} | {r['vocab_size']} | {r['dim']} | "
-                     f"{'frozen' if r['frozen_head'] else 'trained'} | "
                      + " | ".join(f"{r[m + '_s']:.3f}" for m in methods) + " | "
                      + " | ".join(f"{r[m + '_over_standard']:.2f}" for m in others)
                      + f" | {r['load_min']:.1f}-{r['load_max']:.1f} |")

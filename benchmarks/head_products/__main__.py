@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The (M, D, V) products alone: the time floor of any exact head + CTC loss on a device.
 
 Standard CTC and Pruned CTC do the same FP32 head products (paper Sec. 3.3, App. B.2):
@@ -16,31 +15,32 @@ Timed here, each as the median of ``--runs`` after one warm-up, on random FP32 i
   - frozen head (``--frozen-head``): Z and dX as one GEMM each, and over the column
     schedule's chunks of C head rows (pruned_ctc/frozen_head.py).
 
-    python scripts/benchmark_head_products.py --frames 4000 --vocab-sizes 20000 100000
-    python scripts/benchmark_head_products.py --frames 4000 --vocab-sizes 151936 --dim 1024 --frozen-head
+From the repository root (the committed results: standard CTC's times from
+benchmarks/head_loss/results_cpu.md and benchmarks/frozen_head/results_head_loss_float32_cpu.md):
+    python -m benchmarks.head_products --frames 4000 --vocab-sizes 20000 100000 --dim 512 \\
+        --runs 3 --standard-seconds 20000=2.04 100000=10.4
+    python -m benchmarks.head_products --frames 4000 --vocab-sizes 151936 --dim 1024 \\
+        --frozen-head --runs 3 --standard-seconds 151936=21.6
 
 Results go to ``--output-dir`` (products.md and products.csv, or products_frozen.*), each
 with the command, machine, load average and date; give ``--standard-seconds`` (V=seconds,
-from benchmark_head_loss.py on the same machine) to print the floor ratio beside them.
+from ``python -m benchmarks.head_loss`` or ``python -m benchmarks.frozen_head --head-dtype
+float32`` on the same machine) to print the floor ratio beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from benchmark_support import load_average, provenance_lines, synchronize, write_csv, write_text  # noqa: E402
-from pruned_ctc.fused_head import rows_per_block  # noqa: E402
-from pruned_ctc.loss import DEFAULT_CHUNK_SIZE  # noqa: E402
+from benchmarks.support import load_average, provenance_lines, synchronize, write_csv, write_text
+from pruned_ctc.fused_head import rows_per_block
+from pruned_ctc.loss import DEFAULT_CHUNK_SIZE
 
 
 # (Z, Z W, Z^T X) of one schedule, None where it keeps no such tensor: Z stands in for the
@@ -134,7 +134,7 @@ def parse_standard_seconds(values: List[str]) -> Dict[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--frames", type=int, nargs="+", default=[4000])
@@ -146,7 +146,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--standard-seconds", nargs="*", default=[], metavar="V=SECONDS",
                         help="standard CTC's head + loss time per V, for the floor ratio")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/head_loss"))
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/head_products"))
     args = parser.parse_args()
     for name in ("frames", "vocab_sizes"):
         if any(value < 1 for value in getattr(args, name)):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Discarded posterior mass per alignment beam for a randomly initialized LLM-CTC with
 Qwen3's real 151,936-class head (paper App. B.3 "LLM-based ASR", Table 7).
 
@@ -18,9 +17,10 @@ features and sentences. Utterances that CTC cannot align (T_n < |y_n| + r_n) are
 and counted. The paper's run: SPEAR-Qwen3-8B, 25 GigaSpeech batches of 1,383 augmented
 utterances, three initializations (4,149 evaluations per beam), on a GPU.
 
-The committed CPU results (egs/mini test sentences, three initializations):
-    python scripts/llm_discarded_mass.py --cuts /path/to/egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
-        --output-dir benchmarks/llm_discarded_mass
+The committed CPU results (egs/mini test sentences, three initializations; Qwen3-8B's
+width with 2 layers), from the repository root:
+    python -m benchmarks.llm_discarded_mass --utterances 96 --hidden-size 4096 --layers 2 \\
+        --intermediate-size 12288 --heads 32 --kv-heads 8 --head-dim 128 --projector-hidden 4096
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import torch
 
-from benchmark_support import provenance_lines, write_csv, write_text
-from llm_analysis_support import (add_input_arguments, add_model_arguments, batch_of, build_model,
-                                  load_utterances, model_description)
+from benchmarks.llm_support import (add_input_arguments, add_model_arguments, batch_of, build_model,
+                                   load_utterances, model_description)
+from benchmarks.support import provenance_lines, write_csv, write_text
 from pruned_ctc import ExcludedUtteranceWarning, ReducedBatch, alignment_loss, reduce_vocabulary
 
 CRITERION = 1e-11
@@ -141,7 +141,8 @@ def write_results(rows, summary, args, elapsed: float, suffix: str) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(parser)
     parser.add_argument("--utterances", type=int, default=0, help="utterances used (0: all of --cuts; 64 synthesized)")
     parser.add_argument("--batch-size", type=int, default=16)

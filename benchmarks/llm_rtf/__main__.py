@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Real-time factor of LLM-CTC against LLM-CE on the same model (paper Sec. 5.3, the
 LLM-CE / LLM-CTC comparison table, timing protocol of App. D.3).
 
@@ -22,7 +21,7 @@ and cache updates of a trained model that emits the reference. Generated lengths
 recorded.
 
 Precision (App. D.3 "SPEAR-Qwen3 timing settings", the defaults, the same for both
-systems; llm_rtf_support.py): LLM weights BF16, the head a resident FP32 copy of its
+systems; benchmarks/llm_rtf/systems.py): LLM weights BF16, the head a resident FP32 copy of its
 weights, encoder and projector under BF16 autocast, attention 'sdpa'. Greedy search in
 both systems takes the argmax of the FP32 head's logits without a log-softmax (LLM-CTC:
 every frame, ``llm_ctc.decoding.recognize``; LLM-CE: every step), by default screened by a
@@ -36,9 +35,9 @@ run's (e.g. FP32 weights).
 Paper (H100, BF16 LLM, FP32 head, SPEAR-XLarge encoder): LLM-CTC 7.2-10.3x faster than
 LLM-CE from Qwen3-0.6B to 32B.
 
-The committed CPU results (benchmarks/llm_rtf/README.md lists the extra rows' commands):
-    python scripts/benchmark_llm_rtf.py --cuts egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
-        --utterances 32 --compare-log-softmax --output-dir benchmarks/llm_rtf
+The committed CPU results, from the repository root (benchmarks/llm_rtf/README.md lists the
+extra rows' commands):
+    python -m benchmarks.llm_rtf --utterances 32 --compare-log-softmax
 """
 
 from __future__ import annotations
@@ -52,11 +51,11 @@ from pathlib import Path
 
 import torch
 
-from benchmark_support import provenance_lines, synchronize, write_csv, write_text
-from llm_analysis_support import add_input_arguments, add_model_arguments, model_description
-from llm_rtf_support import (add_precision_arguments, build_systems, precision_description, recognize_ce,
-                             recognize_ctc, recognize_ctc_by_log_softmax,
-                             warmup_and_timed_utterances)
+from benchmarks.llm_rtf.systems import (add_precision_arguments, build_systems, precision_description,
+                                        recognize_ce, recognize_ctc, recognize_ctc_by_log_softmax,
+                                        warmup_and_timed_utterances)
+from benchmarks.llm_support import add_input_arguments, add_model_arguments, model_description
+from benchmarks.support import provenance_lines, synchronize, write_csv, write_text
 
 # The paper's RTFs (size: LLM-CE, LLM-CTC), SPEAR-Qwen3 on GigaSpeech test, H100.
 PAPER = {"0.6B": (0.0724, 0.0099), "1.7B": (0.0732, 0.0102), "4B": (0.0944, 0.0109),
@@ -232,7 +231,8 @@ def compare_hypotheses(result, path: Path) -> str:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(parser)
     parser.add_argument("--utterances", type=int, default=32, help="timed utterances (after the warm-up ones)")
     parser.add_argument("--warmup", type=int, default=32, help="warm-up utterances (App. D.3: 32)")

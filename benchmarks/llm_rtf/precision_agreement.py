@@ -1,13 +1,14 @@
-#!/usr/bin/env python3
 """Do the RTF benchmark's timing precision settings change a trained model's greedy
 hypotheses? A trained LLM-CTC or LLM-CE checkpoint of the toolkit (egs/mini stages 7-9) is
 decoded twice, utterance by utterance (batch 1): as trained (FP32 weights, FP32
 encoder/projector, exact float32 head argmax) and at the paper's timing settings (App. D.3:
 BF16 LLM weights, a resident FP32 head, BF16-autocast encoder/projector, the screened
-argmax; llm_rtf_support.py). Reports the utterances whose hypotheses differ and both WERs.
+argmax; benchmarks/llm_rtf/systems.py). Reports the utterances whose hypotheses differ and both WERs.
 
-    cd egs/mini && python ../../scripts/llm_precision_agreement.py \\
-        --checkpoint exp/full_llm_ctc/checkpoint-600.pt --utterances 200 --output benchmarks_precision.md
+From the repository root (the egs/mini test cuts by default):
+    python -m benchmarks.llm_rtf.precision_agreement \\
+        --checkpoint egs/mini/exp/full_llm_ctc/checkpoint-600.pt --utterances 200 \\
+        --output benchmarks/llm_rtf/precision_trained_llm_ctc.md
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from benchmark_support import provenance_lines, write_text
-from llm_analysis_support import MINI_TEST_CUTS, batch_of, load_utterances
-from llm_rtf_support import PAPER_PRECISION, apply_precision
+from benchmarks.llm_rtf.systems import PAPER_PRECISION, apply_precision
+from benchmarks.llm_support import MINI_TEST_CUTS, batch_of, load_utterances
+from benchmarks.support import provenance_lines, write_text
 
 
 def load(checkpoint: Path, entry: str, paper_precision: bool):
@@ -67,7 +68,8 @@ def word_errors(reference: str, hypothesis: str) -> int:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.llm_rtf.precision_agreement", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--entry", default="model_avg", choices=["model", "model_avg", "trainable"],
                         help="the trainable weights: a toolkit checkpoint's model / model_avg, or the "

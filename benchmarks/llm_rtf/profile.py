@@ -1,6 +1,5 @@
-#!/usr/bin/env python3
 """Where LLM-CTC's and LLM-CE's recognition time goes, per component, on the model and at
-the settings of benchmark_llm_rtf.py (paper App. D.3: batch 1, one CPU thread, greedy).
+the settings of the RTF benchmark, ``python -m benchmarks.llm_rtf`` (paper App. D.3: batch 1, one CPU thread, greedy).
 
 Each component's forward is wrapped with a wall-clock timer (inclusive times; the
 decoder layers' attention and MLP are nested in the layers, the layers in the LLM call):
@@ -14,8 +13,8 @@ Alongside, the memory-bound floor of one decode step: the bytes of every weight 
 reads (decoder layers and the head) over the bandwidth of a one-thread matrix-vector
 product measured here on the same head.
 
-    python scripts/profile_llm_rtf.py --cuts .../librispeech_cuts_test-clean.jsonl.gz \\
-        --utterances 16 --warmup 4 --output-dir benchmarks/llm_rtf
+From the repository root (the egs/mini test cuts by default):
+    python -m benchmarks.llm_rtf.profile --utterances 16 --warmup 4
 """
 
 from __future__ import annotations
@@ -29,11 +28,10 @@ from typing import Callable, Dict
 
 import torch
 
-from benchmark_support import provenance_lines, write_csv, write_text
-from llm_analysis_support import add_input_arguments, add_model_arguments, model_description
-from llm_rtf_support import (add_precision_arguments, build_systems, precision_description, recognize_ce,
-                             recognize_ctc,
-                             warmup_and_timed_utterances)
+from benchmarks.llm_rtf.systems import (add_precision_arguments, build_systems, precision_description,
+                                        recognize_ce, recognize_ctc, warmup_and_timed_utterances)
+from benchmarks.llm_support import add_input_arguments, add_model_arguments, model_description
+from benchmarks.support import provenance_lines, write_csv, write_text
 
 
 class Timers:
@@ -222,7 +220,8 @@ def write_report(args, results: dict, utterances, elapsed: float) -> Path:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.llm_rtf.profile", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(parser)
     parser.add_argument("--utterances", type=int, default=16, help="profiled utterances (after the warm-up ones)")
     parser.add_argument("--warmup", type=int, default=4)

@@ -1,5 +1,5 @@
-"""What benchmark_llm_rtf.py and profile_llm_rtf.py share: LLM-CTC and LLM-CE built on the
-same random parts at the timing settings of the paper (App. D.3, "SPEAR-Qwen3 timing
+"""What the RTF benchmark (``benchmarks.llm_rtf``), its profile and its precision check
+share: LLM-CTC and LLM-CE built on the same random parts at the timing settings of the paper (App. D.3, "SPEAR-Qwen3 timing
 settings": LLM weights BF16, encoder/projector BF16 mixed precision, LLM head FP32,
 vocabulary chunk 4,096, batch 1, one CPU thread), and one utterance's recognition by each.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from llm_analysis_support import batch_of, build_model, load_utterances
+from benchmarks.llm_support import batch_of, build_model, load_utterances
 
 PAPER_PRECISION = dict(llm_dtype="bfloat16", head_dtype="float32", encoder_autocast="bfloat16",
                        attn_implementation="sdpa", argmax="screened")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Numerical accuracy of Pruned CTC against a dense FP64 reference (paper App. B.2).
 
 Two analyses (``--analyses``), each written as CSV and Markdown under ``--output-dir``:
@@ -17,9 +16,8 @@ vocabulary, a group of utterances at a time to bound memory. Both sides keep eve
 alignment (beam None) to isolate the class-axis arithmetic. Relative error = Frobenius
 norm of the difference over the reference's norm.
 
-    python scripts/numerical_accuracy.py --analyses precision --seeds 0 1 2 3 4 \\
-        --output-dir benchmarks/numerical_accuracy
-    python scripts/numerical_accuracy.py --analyses grid --output-dir benchmarks/numerical_accuracy
+From the repository root (the committed results):
+    python -m benchmarks.numerical_accuracy --analyses grid precision --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations
@@ -32,8 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmark_support import (add_grid_arguments, head_batch, provenance_lines, write_csv,
-                               write_text)
+from benchmarks.support import (add_grid_arguments, head_batch, provenance_lines, write_csv,
+                                write_text)
 from pruned_ctc import DEFAULT_CHUNK_SIZE, DEFAULT_PRECISION, Precision, pruned_ctc_loss
 
 UTTERANCES_PER_REFERENCE_GROUP = 5
@@ -210,7 +208,7 @@ def write_accuracy_grid(args, grid_rows: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_grid_arguments(parser)
     parser.add_argument("--analyses", nargs="+", choices=["precision", "grid"],

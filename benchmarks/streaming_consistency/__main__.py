@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Streaming consistency of LLM-CTC (paper App. E, "Streaming consistency checks", Fig. 7):
 parallel batch computation of all chunks under the streaming mask against per-utterance
 cached computation chunk by chunk (KV cache with eviction), with fixed speech embeddings.
@@ -15,7 +14,8 @@ a config (``--layers``, ``--width``, the real 151,936-row head scaled to give pe
 posteriors), or any local causal LM directory with ``--llm``. The speech embeddings are
 random at the embedding table's scale (the paper's fixed-input condition).
 
-    python scripts/streaming_consistency.py --output-dir benchmarks/streaming
+From the repository root:
+    python -m benchmarks.streaming_consistency --output-dir benchmarks/streaming_consistency
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import List
 
 import torch
 
-from benchmark_support import provenance_lines, write_csv, write_text
+from benchmarks.support import provenance_lines, write_csv, write_text
 from llm_ctc.head import head_logits
 from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states
 from llm_ctc.streaming.layout import Qwen3ASRGrid, feature_chunk_frames, utterance_layout
@@ -119,7 +119,8 @@ def chunk_costs(model, prompt_len, width, h=8, seconds=60, seed=0):
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--llm", default=None, help="local causal LM directory (default: random Qwen3)")
     parser.add_argument("--layers", type=int, default=4)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Training throughput of a recipe preset on CPU: batches/s, seconds of audio per second,
 CPU time and peak memory of asr.train's own training step.
 
@@ -12,33 +11,30 @@ its 128-piece BPE), token ids drawn uniformly from the ``--vocab-size`` classes.
 (loss, threads) configuration runs in a fresh process. Results:
 ``<output-dir>/training_cpu.csv`` and ``.md``, with the command, machine and date.
 
-    python scripts/benchmark_training.py                         # threads 1 and 2, pruned and standard
-    python scripts/benchmark_training.py --threads 2 --ctc-loss pruned --steps 10
-    python scripts/benchmark_training.py model.preset=tiny       # preset overrides, as train.py takes them
+From the repository root:
+    python -m benchmarks.training                         # threads 1 and 2, pruned and standard
+    python -m benchmarks.training --threads 2 --ctc-loss pruned --steps 10
+    python -m benchmarks.training model.preset=tiny       # preset overrides, as asr.train takes them
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from benchmark_support import (BLANK_ID, load_average, peak_rss_mb,
-                               print_result, provenance_lines, run_fresh, write_csv,
-                               write_text)
-
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.support import (BLANK_ID, REPO, load_average, peak_rss_mb, print_result,
+                                provenance_lines, run_fresh, write_csv, write_text)
 
 FRAMES_PER_SECOND = 100  # 10 ms fbank shift (asr.cut_filters.FRAME_SHIFT_SECONDS)
 FEATURE_DIM = 80
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=REPO / "egs/mini/conf/train.yaml",
                         help="training preset (model/data/train sections)")
     parser.add_argument("overrides", nargs="*", help="section.field=value overrides of the preset")
@@ -148,7 +144,7 @@ def run_worker(args: argparse.Namespace, loss: str, threads: int) -> Dict[str, o
 
 
 def worker_command(argv: Sequence[str], loss: str, threads: int) -> List[str]:
-    return [str(Path(__file__).resolve()), *argv, "--worker", loss, str(threads)]
+    return [*argv, "--worker", loss, str(threads)]
 
 
 def preset_summary(args: argparse.Namespace) -> str:
@@ -200,15 +196,13 @@ def main(argv: Sequence[str]) -> None:
         loss, threads = args.worker
         print_result(run_worker(args, loss, int(threads)))
         return
-    # The workers import this checkout's packages (zipformer, pruned_ctc) first.
-    env = dict(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     load_before = load_average()
     rows = []
     for threads in args.threads:
         for loss in args.ctc_loss:
             print(f"[{loss}, {threads} thread(s)] {args.warmup} + {args.steps} steps in a fresh process ...",
                   flush=True)
-            row, completed = run_fresh(worker_command(argv, loss, threads), env)
+            row, completed = run_fresh(__package__, worker_command(argv, loss, threads))
             if row is None:
                 sys.exit(f"worker ({loss}, {threads} threads) failed:\n{completed.stderr[-3000:]}")
             rows.append(row)

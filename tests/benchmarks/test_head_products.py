@@ -1,25 +1,10 @@
-"""scripts/benchmark_head_products.py: the block schedules it times compute the same
-products as single GEMMs (checked against float64), and the script writes its results."""
-
-import csv
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""benchmarks.head_products: the block schedules it times compute the same products as
+single GEMMs (checked against float64), and the program writes its results."""
 
 import pytest
 import torch
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-from benchmark_head_products import frozen_products, trained_products  # noqa: E402
-
-
-def run_script(output_dir: Path, *arguments: str) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PYTHONPATH=str(SCRIPTS.parent))
-    return subprocess.run([sys.executable, str(SCRIPTS / "benchmark_head_products.py"), *arguments,
-                           "--output-dir", str(output_dir)], capture_output=True, text=True,
-                          timeout=300, env=environment)
+from benchmarks.head_products.__main__ import frozen_products, trained_products
 
 
 def reference(frames: torch.Tensor, weight: torch.Tensor):
@@ -51,18 +36,16 @@ def test_column_chunks_compute_the_two_products_of_a_frozen_head(chunk_size):
         torch.testing.assert_close(schedules[name]()[1].double(), grad_frames, rtol=1e-5, atol=1e-3)  # reruns alike
 
 
-def test_the_script_writes_times_and_the_floor_ratio(tmp_path):
-    completed = run_script(tmp_path, "--frames", "64", "--vocab-sizes", "300", "--dim", "16", "--runs", "1",
-                           "--standard-seconds", "300=2.0")
-    assert completed.returncode == 0, completed.stderr
-    with open(tmp_path / "products.csv") as handle:
-        row, = csv.DictReader(handle)
+def test_the_program_writes_times_and_the_floor_ratio(tmp_path, run_program, read_csv):
+    run_program("benchmarks.head_products", "--frames", "64", "--vocab-sizes", "300", "--dim", "16", "--runs", "1",
+                "--standard-seconds", "300=2.0", "--output-dir", str(tmp_path))
+    row, = read_csv(tmp_path / "products.csv")
     assert int(row["vocab_size"]) == 300 and float(row["single_s"]) > 0 and float(row["row_blocks_s"]) > 0
     assert float(row["floor_ratio"]) == pytest.approx(float(row["single_s"]) / 2.0, abs=1e-3)
-    assert "Command: `python" in (tmp_path / "products.md").read_text()
+    assert "Command: `python -m benchmarks.head_products" in (tmp_path / "products.md").read_text()
 
 
-def test_a_malformed_standard_time_is_named(tmp_path):
-    completed = run_script(tmp_path, "--frames", "8", "--vocab-sizes", "30", "--dim", "4",
-                           "--standard-seconds", "300:2.0")
+def test_a_malformed_standard_time_is_named(tmp_path, run_program):
+    completed = run_program("benchmarks.head_products", "--frames", "8", "--vocab-sizes", "30", "--dim", "4",
+                            "--standard-seconds", "300:2.0", "--output-dir", str(tmp_path), check=False)
     assert completed.returncode != 0 and "--standard-seconds takes V=SECONDS" in completed.stderr

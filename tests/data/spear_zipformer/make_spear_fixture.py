@@ -17,11 +17,13 @@ The script builds the model with 1 (so its ``downsample_output`` is SimpleDownsa
 an identity) and sets the attribute that assertion reads to 2 afterwards; the reference
 lengths are then the subsampled lengths, which factor 1 keeps unchanged.
 
-Nothing of icefall enters this repository: it is imported from the checkout given on
-the command line, with the pure-torch stand-ins of scripts/make_icefall_fixture.py.
+Nothing of icefall enters this repository: it is loaded from the checkout given on the
+command line, with the pure-torch stand-ins of
+tests/data/icefall_zipformer/make_icefall_fixture.py.
 
-Usage:
-    python scripts/make_spear_fixture.py /path/to/icefall [--out tests/data/spear_zipformer]
+Usage, from the repository root:
+    python tests/data/spear_zipformer/make_spear_fixture.py /path/to/icefall \\
+        [--out tests/data/spear_zipformer]
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ NUM_EVENTS = 5  # the audio-tagging head SPEAR pre-training adds (527 AudioSet c
 
 
 def _icefall_fixture_module():
-    path = Path(__file__).with_name("make_icefall_fixture.py")
+    path = Path(__file__).resolve().parents[1] / "icefall_zipformer" / "make_icefall_fixture.py"
     spec = importlib.util.spec_from_file_location("make_icefall_fixture", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -84,7 +86,8 @@ def outputs(model, features, lengths) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("icefall_dir", type=Path, help="an icefall checkout")
-    parser.add_argument("--out", type=Path, default=Path("tests/data/spear_zipformer"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                        help="output folder (default: this script's, tests/data/spear_zipformer)")
     parser.add_argument("--commit", default=None, help="icefall commit to record (default: the checkout's HEAD)")
     parser.add_argument("--seed", type=int, default=20261124)
     args = parser.parse_args()
