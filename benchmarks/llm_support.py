@@ -66,6 +66,15 @@ def add_input_arguments(parser) -> None:
     parser.add_argument("--work-dir", type=Path, default=None, help="where the random models are written")
 
 
+def start_run(args) -> Optional[Path]:
+    """What every LLM analysis does first with the options of ``add_input_arguments``: its
+    torch threads, the Hugging Face hub offline (nothing is downloaded); returns the cut
+    manifest to read, None for synthesized utterances."""
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return None if args.synthesized else args.cuts
+
+
 def add_model_arguments(parser) -> None:
     """The random Qwen3 and Zipformer built from configuration."""
     parser.add_argument("--hidden-size", type=int, default=1024,

@@ -1,6 +1,7 @@
 """What the benchmark and analysis programs share: synthetic batches (paper App. C.2),
-memory probes, device synchronization, the machine's description and load, runs of one
-configuration in a fresh process, and atomic writers with provenance lines.
+the discarded posterior mass per alignment beam (App. B.3), memory probes, device
+synchronization, the machine's description and load, runs of one configuration in a
+fresh process, timings interleaved in one, and atomic writers with provenance lines.
 
 Programs run from the repository root as ``python -m benchmarks.<experiment>`` and import
 this module as ``benchmarks.support``; no program imports another program.
@@ -19,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -54,6 +56,44 @@ def head_batch(vocab_size: int, num_frames: int, dim: int, device: str, seed: in
     target_lengths = torch.full((num_utterances,), TOKENS_PER_UTTERANCE, dtype=torch.int64)
     return tuple(t.to(device) for t in (encoder_out, weight, bias, targets, frame_counts,
                                         target_lengths))
+
+
+# ---------------------------------------------------------------- discarded mass
+def discarded_mass(head_input: torch.Tensor, frame_counts: torch.Tensor, weight: torch.Tensor,
+                   bias: Optional[torch.Tensor], targets, beams: Sequence[float], chunk_size: int,
+                   target_lengths=None, blank_id: int = 0) -> tuple[torch.Tensor, dict]:
+    """(exact losses L_n (N,) float64, {beam: delta_n (N,) float64}) for head input (N, T, D)
+    with T_n = frame_counts[n] (App. B.3): S is computed once, the alignment DP runs in FP64
+    on it unpruned and at every beam, and delta_n = -expm1(-(L_beta,n - L_n)) is the
+    posterior mass of the discarded alignments; an utterance whose retained lattice is
+    empty has lost all its mass, delta_n = 1. Every utterance must be alignable."""
+    from pruned_ctc import ExcludedUtteranceWarning, ReducedBatch, alignment_loss, reduce_vocabulary
+
+    with torch.no_grad():
+        reduced = reduce_vocabulary(head_input, weight, bias, targets, frame_counts,
+                                    target_lengths=target_lengths, blank_id=blank_id,
+                                    chunk_size=chunk_size)
+    batch = reduced.batch
+    if not bool(batch.alignable.all()):
+        raise ValueError(f"{int((~batch.alignable).sum())} utterances have fewer frames than "
+                         "their targets need")
+    # The same S in FP64 (exactly): the DP returns losses in S's dtype, and delta needs the
+    # FP64 difference of two losses.
+    reduced = ReducedBatch(reduced.selected_log_probs.double(), batch)
+
+    def retained(beam):
+        with warnings.catch_warnings():
+            # Narrow beams empty some lattices on purpose: delta_n = 1 below.
+            warnings.simplefilter("ignore", ExcludedUtteranceWarning)
+            return alignment_loss(reduced, beam=beam, reduction="none", return_stats=True)
+
+    exact, _ = retained(None)
+    deltas = {}
+    for beam in beams:
+        losses, stats = retained(beam)
+        delta = -torch.expm1(-(losses - exact))
+        deltas[beam] = torch.where(stats.excluded, torch.ones_like(delta), delta)
+    return exact, deltas
 
 
 # ---------------------------------------------------------------- memory and time

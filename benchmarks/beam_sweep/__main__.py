@@ -34,16 +34,14 @@ import os
 import re
 import statistics
 import time
-import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 import torch
 
-from benchmarks.support import (REPO, add_grid_arguments, head_batch, provenance_lines, write_csv,
-                                write_text)
-from pruned_ctc import (DEFAULT_CHUNK_SIZE, ExcludedUtteranceWarning, ReducedBatch,
-                        alignment_loss, reduce_vocabulary)
+from benchmarks.support import (REPO, add_grid_arguments, discarded_mass, head_batch, provenance_lines,
+                                write_csv, write_text)
+from pruned_ctc import DEFAULT_CHUNK_SIZE
 
 CRITERION = 1e-11
 MINI_CUTS = REPO / "egs/mini/data/full/fbank/librispeech_cuts_train-clean-100.jsonl.gz"
@@ -58,48 +56,13 @@ def mini_lang_dir() -> Path:
     return REPO / f"egs/mini/data/full/lang_bpe_{match.group(1) if match else 500}"
 
 
-def discarded_mass_of_head_input(encoder_out: torch.Tensor, frame_counts: torch.Tensor,
-                                 weight: torch.Tensor, bias: torch.Tensor, targets,
-                                 beams: List[float], chunk_size: int, target_lengths=None,
-                                 blank_id: int = 0) -> Dict[float, torch.Tensor]:
-    """{beam: delta (N,) float64} for head input (N, T, D) with T_n = frame_counts[n].
-
-    An utterance whose retained lattice is empty has lost all its mass: delta_n = 1.
-    """
-    with torch.no_grad():
-        reduced = reduce_vocabulary(encoder_out, weight, bias, targets, frame_counts,
-                                    target_lengths=target_lengths, blank_id=blank_id,
-                                    chunk_size=chunk_size)
-    batch = reduced.batch
-    if not bool(batch.alignable.all()):
-        raise ValueError(f"{int((~batch.alignable).sum())} utterances have fewer frames than "
-                         "their targets need")
-    # The same S in FP64 (exactly): the DP runs in FP64 and its losses come back in S's
-    # dtype, and delta needs the FP64 difference of two losses.
-    reduced = ReducedBatch(reduced.selected_log_probs.double(), batch)
-
-    def retained(beam):
-        with warnings.catch_warnings():
-            # Narrow beams empty some lattices on purpose: delta_n = 1 below.
-            warnings.simplefilter("ignore", ExcludedUtteranceWarning)
-            return alignment_loss(reduced, beam=beam, reduction="none", return_stats=True)
-
-    exact, _ = retained(None)
-    deltas = {}
-    for beam in beams:
-        losses, stats = retained(beam)
-        delta = -torch.expm1(-(losses - exact))
-        deltas[beam] = torch.where(stats.excluded, torch.ones_like(delta), delta)
-    return deltas
-
-
-def discarded_mass(vocab_size: int, num_frames: int, seed: int, beams: list[float],
-                   dim: int, chunk_size: int, device: str) -> dict[float, torch.Tensor]:
+def synthetic_discarded_mass(vocab_size: int, num_frames: int, seed: int, beams: list[float],
+                             dim: int, chunk_size: int, device: str) -> dict[float, torch.Tensor]:
     """{beam: delta (N,) float64} for one synthetic batch."""
     encoder_out, weight, bias, targets, frame_counts, target_lengths = head_batch(
         vocab_size, num_frames, dim, device, seed=seed)
-    return discarded_mass_of_head_input(encoder_out, frame_counts, weight, bias, targets, beams,
-                                        chunk_size, target_lengths)
+    return discarded_mass(encoder_out, frame_counts, weight, bias, targets, beams, chunk_size,
+                          target_lengths)[1]
 
 
 def check_real_inputs(cuts: Path, lang_dir: Path) -> None:
@@ -186,7 +149,7 @@ def sweep_real_features(args, beams: List[float]):
             with torch.no_grad():
                 encoder_out, frame_counts = model.encode(batch["features"].to(args.device),
                                                          batch["feature_lens"].to(args.device))
-            deltas = discarded_mass_of_head_input(
+            _, deltas = discarded_mass(
                 encoder_out, frame_counts, model.head.weight.detach(), model.head.bias.detach(),
                 batch["targets"], beams, args.chunk_size, blank_id=tokenizer.blank_id)
             described = dict(seed=seed, batch=number, utterances=len(batch["targets"]),
@@ -221,7 +184,7 @@ def sweep_synthetic(args, beams: List[float]):
                       for s in args.seeds]
     started = time.time()
     for index, (vocab_size, frames, seed) in enumerate(configurations, 1):
-        deltas = discarded_mass(vocab_size, frames, seed, beams, args.dim, args.chunk_size,
+        deltas = synthetic_discarded_mass(vocab_size, frames, seed, beams, args.dim, args.chunk_size,
                                 args.device)
         needed = record(rows, required, dict(vocab_size=vocab_size, frames=frames, seed=seed),
                         deltas, beams)

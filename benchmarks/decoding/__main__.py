@@ -203,7 +203,7 @@ def write_outputs(args: argparse.Namespace, rows: List[dict]) -> None:
         "",
         *provenance_lines("cpu"),
         "",
-        "Synthetic peaky posteriors (see the script's docstring), 25 frames/s, blank 0, "
+        "Synthetic peaky posteriors (see the program's docstring), 25 frames/s, blank 0, "
         f"{args.num_utterances} utterances of {args.min_seconds:g}-{args.max_seconds:g} s. "
         "RTF = decoding CPU time (time.process_time of this single-threaded process) / audio time. "
         "pyctcdecode decodes the first "

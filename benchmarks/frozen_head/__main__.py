@@ -28,8 +28,8 @@ the step; time is the median of ``--runs`` steps after ``--warmup`` steps.
 
 The committed CPU results (D = 1,024, M = 4,000 frames), from the repository root:
     python -m benchmarks.frozen_head --part head-loss --frames 4000 --dim 1024
-    python -m benchmarks.frozen_head --part head-loss --head-dtype float32 --frames 4000 \\
-        --dim 1024 --methods standard pruned --warmup 1 --runs 2 --interleave-rounds 2
+    python -m benchmarks.frozen_head --part head-loss --head-dtype float32 --threads 2 \\
+        --frames 4000 --dim 1024 --methods standard pruned --warmup 1 --runs 2 --interleave-rounds 2
     python -m benchmarks.frozen_head --part full-step --hidden-size 1024 --layers 2 \\
         --utterances 16 --warmup 1 --runs 2
 Paper (A100, SPEAR-Qwen3-8B / 14B, M = 11,458, D = 4,096 / 5,120): head-and-loss memory

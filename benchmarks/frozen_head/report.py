@@ -29,6 +29,17 @@ def results_path(args) -> Path:
     return args.output_dir / f"results_{file_stem(args)}.md"
 
 
+def measured(by_method: dict):
+    """(method, row, standard's memory over the method's, paper 8B, paper 14B) of each
+    measured method, in METHODS order."""
+    standard = by_method.get("standard", {}).get("peak_extra_mb")
+    for method in METHODS:
+        row = by_method.get(method)
+        if row is not None:
+            ratio = f"{standard / row['peak_extra_mb']:.1f}x" if standard and row["peak_extra_mb"] > 0 else ""
+            yield (method, row, ratio, *PAPER[method])
+
+
 def head_loss_table(by_method: dict, args) -> list[str]:
     dtype = {"bfloat16": "BF16", "float32": "FP32"}[args.head_dtype]
     lines = [f"M = {args.frames:,} frames ({args.frames // 100} utterances of 100 frames), D = {args.dim:,}, "
@@ -36,13 +47,7 @@ def head_loss_table(by_method: dict, args) -> list[str]:
              "process; memory: peak above the resident head and inputs.", "",
              "| method | time (s) | peak above head + inputs (MB) | standard / method memory | loss "
              "| paper 8B (GiB) | paper 14B (GiB) |", "|---|---|---|---|---|---|---|"]
-    standard = by_method.get("standard", {}).get("peak_extra_mb")
-    for method in METHODS:
-        row = by_method.get(method)
-        if row is None:
-            continue
-        ratio = f"{standard / row['peak_extra_mb']:.1f}x" if standard and row["peak_extra_mb"] > 0 else ""
-        eight, fourteen = PAPER[method]
+    for method, row, ratio, eight, fourteen in measured(by_method):
         lines.append(f"| {method} | {row['time_s']:.2f} | {row['peak_extra_mb']:,.0f} | {ratio} | "
                      f"{row['loss']:.4f} | {eight[0]} | {fourteen[0]} |")
     return lines
@@ -55,13 +60,7 @@ def full_step_table(by_method: dict, args) -> list[str]:
              "| method | time (s) | peak, whole process (MB) | peak above the resident set (MB) "
              "| standard / method (above resident) | paper 8B full step (GiB, s) | paper 14B (GiB, s) |",
              "|---|---|---|---|---|---|---|"]
-    standard = by_method.get("standard", {}).get("peak_extra_mb")
-    for method in METHODS:
-        row = by_method.get(method)
-        if row is None:
-            continue
-        ratio = f"{standard / row['peak_extra_mb']:.1f}x" if standard and row["peak_extra_mb"] > 0 else ""
-        eight, fourteen = PAPER[method]
+    for method, row, ratio, eight, fourteen in measured(by_method):
         lines.append(f"| {method} | {row['time_s']:.2f} | {row['peak_mb']:,.0f} | {row['peak_extra_mb']:,.0f} | "
                      f"{ratio} | {eight[1]}, {eight[2]} | {fourteen[1]}, {fourteen[2]} |")
     return lines

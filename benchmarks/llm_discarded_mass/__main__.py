@@ -29,15 +29,13 @@ import argparse
 import os
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 from benchmarks.llm_support import (add_input_arguments, add_model_arguments, batch_of, build_model,
-                                   load_utterances, model_description)
-from benchmarks.support import provenance_lines, write_csv, write_text
-from pruned_ctc import ExcludedUtteranceWarning, ReducedBatch, alignment_loss, reduce_vocabulary
+                                   load_utterances, model_description, start_run)
+from benchmarks.support import discarded_mass, provenance_lines, write_csv, write_text
 
 CRITERION = 1e-11
 # Table 7 of the paper (SPEAR-Qwen3-8B, random initialization): beam -> (max delta, above 1e-11).
@@ -45,32 +43,6 @@ PAPER = {10: ("0.999858", "2,847 / 4,149"), 25: ("0.749547", "1,301 / 4,149"),
          50: ("2.09e-4", "14 / 4,149"), 75: ("1.42e-12", "0 / 4,149"),
          100: ("numerical floor", "0 / 4,149"), 150: ("numerical floor", "0 / 4,149"),
          200: ("numerical floor", "0 / 4,149")}
-
-
-def discarded_mass(states, lens, weight, bias, targets, blank_id: int, beams, chunk_size: int):
-    """(exact losses L_n (N,) float64, {beam: delta (N,) float64}) for head input states
-    (N, T, D) on identical S; every utterance must be alignable."""
-    with torch.no_grad():
-        reduced = reduce_vocabulary(states, weight, bias, targets, lens, blank_id=blank_id,
-                                    chunk_size=chunk_size)
-    batch = reduced.batch
-    if not bool(batch.alignable.all()):
-        raise ValueError(f"{int((~batch.alignable).sum())} utterances cannot be aligned")
-    # The DP returns losses in S's dtype; delta needs the FP64 difference of two losses.
-    reduced = ReducedBatch(reduced.selected_log_probs.double(), batch)
-
-    def retained(beam):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ExcludedUtteranceWarning)  # narrow beams empty lattices
-            return alignment_loss(reduced, beam=beam, reduction="none", return_stats=True)
-
-    exact, _ = retained(None)
-    deltas = {}
-    for beam in beams:
-        losses, stats = retained(beam)
-        delta = -torch.expm1(-(losses - exact))
-        deltas[beam] = torch.where(stats.excluded, torch.ones_like(delta), delta)
-    return exact, deltas
 
 
 def sweep_seed(model, utterances, args, seed: int) -> list[dict]:
@@ -92,7 +64,8 @@ def sweep_seed(model, utterances, args, seed: int) -> list[dict]:
             continue
         index = torch.tensor(keep, device=states.device)
         exact, deltas = discarded_mass(states[index], lens[index], model.head_weight, model.head_bias().detach(),
-                                       [targets[n] for n in keep], model.blank_id, args.beams, args.chunk_size)
+                                       [targets[n] for n in keep], args.beams, args.chunk_size,
+                                       blank_id=model.blank_id)
         for position, n in enumerate(keep):
             row = dict(seed=seed, cut_id=chunk[n].cut_id, frames=int(lens_cpu[n]), tokens=len(targets[n]),
                        alignable=True, exact_loss=float(exact[position]))
@@ -163,9 +136,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    manifest = None if args.synthesized else args.cuts
+    manifest = start_run(args)
     utterances = load_utterances(manifest, args.utterances)
     args.input_description = (f"{len(utterances)} synthesized utterances" if manifest is None else
                               f"{len(utterances)} utterances of {manifest.name} "

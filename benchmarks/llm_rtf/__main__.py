@@ -54,7 +54,7 @@ import torch
 from benchmarks.llm_rtf.systems import (add_precision_arguments, build_systems, precision_description,
                                         recognize_ce, recognize_ctc, recognize_ctc_by_log_softmax,
                                         warmup_and_timed_utterances)
-from benchmarks.llm_support import add_input_arguments, add_model_arguments, model_description
+from benchmarks.llm_support import add_input_arguments, add_model_arguments, model_description, start_run
 from benchmarks.support import provenance_lines, synchronize, write_csv, write_text
 
 # The paper's RTFs (size: LLM-CE, LLM-CTC), SPEAR-Qwen3 on GigaSpeech test, H100.
@@ -261,9 +261,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    manifest = None if args.synthesized else args.cuts
+    manifest = start_run(args)
     warmup, utterances = warmup_and_timed_utterances(args)
     args.input_description = (f"{len(utterances)} synthesized utterances" if manifest is None else
                               f"{len(utterances)} utterances of {manifest.name}")

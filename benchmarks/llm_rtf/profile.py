@@ -30,7 +30,7 @@ import torch
 
 from benchmarks.llm_rtf.systems import (add_precision_arguments, build_systems, precision_description,
                                         recognize_ce, recognize_ctc, warmup_and_timed_utterances)
-from benchmarks.llm_support import add_input_arguments, add_model_arguments, model_description
+from benchmarks.llm_support import add_input_arguments, add_model_arguments, model_description, start_run
 from benchmarks.support import provenance_lines, write_csv, write_text
 
 
@@ -239,9 +239,7 @@ def main(argv=None) -> None:
     import tempfile
 
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    manifest = None if args.synthesized else args.cuts
+    manifest = start_run(args)
     warmup, utterances = warmup_and_timed_utterances(args)
     args.warmup_ids = [u.cut_id for u in warmup]
     args.input_description = "synthesized" if manifest is None else f"{manifest.name}"

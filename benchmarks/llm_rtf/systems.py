@@ -1,7 +1,8 @@
 """What the RTF benchmark (``benchmarks.llm_rtf``), its profile and its precision check
-share: LLM-CTC and LLM-CE built on the same random parts at the timing settings of the paper (App. D.3, "SPEAR-Qwen3 timing
-settings": LLM weights BF16, encoder/projector BF16 mixed precision, LLM head FP32,
-vocabulary chunk 4,096, batch 1, one CPU thread), and one utterance's recognition by each.
+share: LLM-CTC and LLM-CE built on the same random parts at the timing settings of the
+paper (App. D.3, "SPEAR-Qwen3 timing settings": LLM weights BF16, encoder/projector BF16
+mixed precision, LLM head FP32, vocabulary chunk 4,096, batch 1, one CPU thread), and one
+utterance's recognition by each.
 
 The precision options apply to both systems identically, so that neither is timed at a
 cheaper setting than the other.

@@ -15,7 +15,7 @@ posteriors), or any local causal LM directory with ``--llm``. The speech embeddi
 random at the embedding table's scale (the paper's fixed-input condition).
 
 From the repository root:
-    python -m benchmarks.streaming_consistency --output-dir benchmarks/streaming_consistency
+    python -m benchmarks.streaming_consistency
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def chunk_costs(model, prompt_len, width, h=8, seconds=60, seed=0):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-dir", type=Path, required=True)
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/streaming_consistency"))
     parser.add_argument("--llm", default=None, help="local causal LM directory (default: random Qwen3)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)

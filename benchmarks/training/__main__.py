@@ -2,7 +2,7 @@
 CPU time and peak memory of asr.train's own training step.
 
 The model, ScaledAdam, Eden and the loss are built from the preset (default
-``egs/mini/conf/train.yaml``, read when the script runs, so the numbers follow the preset
+``egs/mini/conf/train.yaml``, read when the program runs, so the numbers follow the preset
 as it is tuned), and every step is :func:`asr.train_step.training_step`: forward,
 backward, ScaledAdam and Eden. Batches are synthetic fbank shaped like the mini corpus:
 utterances of 2-4 s, 80 bins at 100 frames/s, each batch filled up to the preset's

@@ -22,7 +22,7 @@ if importlib.util.find_spec("transformers") is None or importlib.util.find_spec(
 
 
 @pytest.fixture(scope="module")
-def scripts():
+def modules():
     import benchmarks.llm_rtf.__main__ as benchmark
     from benchmarks import llm_support
     from benchmarks.llm_rtf import systems
@@ -31,10 +31,10 @@ def scripts():
 
 
 @pytest.fixture(scope="module")
-def paper_systems(scripts, tmp_path_factory):
+def paper_systems(modules, tmp_path_factory):
     torch.set_num_threads(1)
-    args = argparse.Namespace(**TINY, device="cpu", seed=0, **scripts.rtf.PAPER_PRECISION)
-    return scripts.rtf.build_systems(args, tmp_path_factory.mktemp("models"))
+    args = argparse.Namespace(**TINY, device="cpu", seed=0, **modules.rtf.PAPER_PRECISION)
+    return modules.rtf.build_systems(args, tmp_path_factory.mktemp("models"))
 
 
 def test_paper_precision_is_a_bf16_llm_with_its_head_upcast_to_a_float32_copy(paper_systems):
@@ -49,7 +49,7 @@ def test_paper_precision_is_a_bf16_llm_with_its_head_upcast_to_a_float32_copy(pa
     assert torch.equal(ctc.lm_head.weight, ce.lm_head.weight)
 
 
-def test_the_encoder_and_projector_run_under_bf16_autocast(paper_systems, scripts):
+def test_the_encoder_and_projector_run_under_bf16_autocast(paper_systems, modules):
     from references.tiny_llm import random_features
 
     model = paper_systems[0]
@@ -64,38 +64,38 @@ def test_the_encoder_and_projector_run_under_bf16_autocast(paper_systems, script
     torch.testing.assert_close(frames.float(), plain_frames, rtol=0.05, atol=0.05)
 
 
-def test_ctc_recognition_at_paper_precision_is_greedy_over_the_float32_log_softmax(paper_systems, scripts):
+def test_ctc_recognition_at_paper_precision_is_greedy_over_the_float32_log_softmax(paper_systems, modules):
     from asr.search import ctc_greedy_search
 
     ctc = paper_systems[0]
-    utterances = scripts.support.synthesized_utterances(3, seed=5)
+    utterances = modules.support.synthesized_utterances(3, seed=5)
     for utterance in utterances:
-        features, lengths = scripts.support.batch_of([utterance])
+        features, lengths = modules.support.batch_of([utterance])
         with torch.inference_mode():
             states, lens = ctc.ctc_states(features, lengths)
         logits = states.double() @ ctc.lm_head.weight.double().t() + ctc.head_bias().double()
         ids = ctc_greedy_search(logits.log_softmax(-1), lens, blank_id=ctc.blank_id)[0]
         expected = ctc.tokenizer.decode([i for i in ids if i < len(ctc.tokenizer)], skip_special_tokens=True)
-        assert scripts.rtf.recognize_ctc(ctc, utterance, "cpu")[0] == expected
+        assert modules.rtf.recognize_ctc(ctc, utterance, "cpu")[0] == expected
 
 
-def test_hypotheses_of_another_run_are_compared_utterance_by_utterance(scripts, tmp_path):
+def test_hypotheses_of_another_run_are_compared_utterance_by_utterance(modules, tmp_path):
     result = dict(cut_ids=["a", "b", "c"], hypotheses={"LLM-CTC": ["x y", "z", ""], "LLM-CE": ["p", "q", "r"]})
     path = tmp_path / "hypotheses.tsv"
-    scripts.benchmark.write_hypotheses(result, path)
-    assert scripts.benchmark.read_hypotheses(path)[("c", "LLM-CTC")] == ""
+    modules.benchmark.write_hypotheses(result, path)
+    assert modules.benchmark.read_hypotheses(path)[("c", "LLM-CTC")] == ""
     changed = dict(cut_ids=["a", "b", "c"], hypotheses={"LLM-CTC": ["x y", "w", ""], "LLM-CE": ["p", "q", "s"]})
-    line = scripts.benchmark.compare_hypotheses(changed, path)
+    line = modules.benchmark.compare_hypotheses(changed, path)
     assert "LLM-CTC: 1 of 3 differ" in line and "LLM-CE: 1 of 3 differ" in line
 
 
 @pytest.mark.slow
-def test_rtf_benchmark_reports_the_median_of_three_passes_over_the_audio(tmp_path, scripts, run_program,
+def test_rtf_benchmark_reports_the_median_of_three_passes_over_the_audio(tmp_path, modules, run_program,
                                                                          read_csv):
     run_program("benchmarks.llm_rtf", "--synthesized", "--utterances", "2", "--warmup", "1", *TINY_ARGUMENTS,
                 "--compare-log-softmax", "--output-dir", str(tmp_path), environment=ENVIRONMENT)
     rows = read_csv(tmp_path / "rtf_cpu.csv")
-    audio = sum(u.duration for u in scripts.support.synthesized_utterances(3, seed=0)[1:])
+    audio = sum(u.duration for u in modules.support.synthesized_utterances(3, seed=0)[1:])
     for system in ("LLM-CTC", "LLM-CE", "LLM-CTC, log-softmax greedy"):
         passes = [r for r in rows if r["system"] == system and r["pass_index"] != "median"]
         assert [r["pass_index"] for r in passes] == ["1", "2", "3"]
@@ -109,15 +109,15 @@ def test_rtf_benchmark_reports_the_median_of_three_passes_over_the_audio(tmp_pat
 
 
 @pytest.mark.slow
-def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_path, scripts, run_program, read_csv):
+def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_path, modules, run_program, read_csv):
     run_program("benchmarks.llm_rtf.profile", "--synthesized", "--utterances", "2", "--warmup", "1",
                 *TINY_ARGUMENTS, "--output-dir", str(tmp_path), environment=ENVIRONMENT)
     rows = {(r["system"], r["component"]): r for r in read_csv(tmp_path / "profile_cpu.csv")}
-    utterances = scripts.support.synthesized_utterances(3, seed=0)[1:]
+    utterances = modules.support.synthesized_utterances(3, seed=0)[1:]
     # The random LLM-CE never emits EOS: |y_n| + 1 tokens, the first from the prefill.
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(scripts.support.qwen3_tokenizer_dir())
+    tokenizer = AutoTokenizer.from_pretrained(modules.support.qwen3_tokenizer_dir())
     tokens = sum(len(tokenizer.encode(u.text.lower(), add_special_tokens=False)) for u in utterances)
     assert int(rows[("LLM-CE", "LLM step")]["calls"]) == tokens
     assert int(rows[("LLM-CE", "head argmax (step)")]["calls"]) == tokens
@@ -130,21 +130,21 @@ def test_profile_counts_one_llm_step_per_generated_token_after_the_first(tmp_pat
 
 
 @pytest.mark.slow
-def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, scripts, run_program):
+def test_precision_agreement_scores_both_settings_against_the_references(tmp_path, modules, run_program):
     from asr.scoring import compute_error_stats
     from llm_ctc.checkpoint import save_model_checkpoint
     from llm_ctc.decoding import recognize
 
     args = argparse.Namespace(**TINY)
-    model = scripts.support.build_model(args, tmp_path / "models", seed=0)
+    model = modules.support.build_model(args, tmp_path / "models", seed=0)
     checkpoint = save_model_checkpoint(tmp_path / "llm.pt", model)
     run_program("benchmarks.llm_rtf.precision_agreement", "--checkpoint", str(checkpoint), "--entry", "trainable",
                 "--synthesized", "--utterances", "3", "--output", str(tmp_path / "report.md"), environment=ENVIRONMENT)
     report = (tmp_path / "report.md").read_text()
     # The FP32 row: the same model decoded here, scored by the toolkit's own scoring.
     results = []
-    for utterance in scripts.support.synthesized_utterances(3, seed=0):
-        features, lengths = scripts.support.batch_of([utterance])
+    for utterance in modules.support.synthesized_utterances(3, seed=0):
+        features, lengths = modules.support.batch_of([utterance])
         text = recognize(model, features, lengths)[1][0]
         results.append((utterance.cut_id, utterance.text.lower().split(), text.split()))
     stats = compute_error_stats(results)
