@@ -82,13 +82,15 @@ def instrument(model, timers: Timers, system: str) -> None:
 
 def instrument_modules(timers: Timers) -> None:
     """Module-level functions the two decoding paths look up at call time."""
+    import asr.search as search
     import llm_ctc.decoding as decoding
     import llm_ctc.generation as generation
+    from llm_ctc.tokenizer import LLMTokenizer
 
     decoding.head_argmax = timers.wrap(lambda *a, **k: "head argmax (block-wise, T_n frames)", decoding.head_argmax)
-    decoding.ctc_collapse = timers.wrap(lambda *a, **k: "CTC collapse", decoding.ctc_collapse)
-    decoding.LLMTokenizer.decode_batch = timers.wrap(lambda *a, **k: "detokenize",
-                                                     decoding.LLMTokenizer.decode_batch)
+    # asr.decode_methods.ctc_search imports it from asr.search when called.
+    search.ctc_collapse = timers.wrap(lambda *a, **k: "CTC collapse", search.ctc_collapse)
+    LLMTokenizer.decode_batch = timers.wrap(lambda *a, **k: "detokenize", LLMTokenizer.decode_batch)
     generation._last_argmax = timers.wrap(lambda *a, **k: f"head argmax ({timers.phase})", generation._last_argmax)
 
 
