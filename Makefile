@@ -15,7 +15,7 @@ mini: setup
 
 # A one-minute example of the loss alone: Pruned CTC against the dense baseline.
 demo: setup
-	$(PYTHON_VENV) scripts/pruned_ctc_demo.py
+	$(PYTHON_VENV) examples/pruned_ctc_demo.py
 
 # The test suite (CUDA tests skip without a GPU; long runs need -m slow).
 test: setup

@@ -48,7 +48,8 @@ def measure(threads: int, extra: Dict[str, str], steps: int, toolkit_default: bo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8, help="steps per setting (the first 2 are not timed)")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/threads"))
     args = parser.parse_args()

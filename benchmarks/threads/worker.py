@@ -7,14 +7,19 @@ and of decoding the same batch (log-probs + greedy search).
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 import time
 
 
 def main() -> None:
-    threads, steps = int(sys.argv[1]), int(sys.argv[2])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.threads.worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("threads", type=int, help="torch threads (0: asr.threads.choose_threads)")
+    parser.add_argument("steps", type=int, help="training and decoding steps (the first 2 are not timed)")
+    args = parser.parse_args()
+    threads, steps = args.threads, args.steps
     import asr  # noqa: F401  (first: its OpenMP settings must precede torch's loading)
     import torch
 

@@ -8,8 +8,8 @@
 # data/lang_bpe_<V>, exp/. Each stage skips the work it finds finished, so reruns are
 # safe; an interrupted training resumes from its newest checkpoint.
 set -euo pipefail
-# shellcheck source=../../scripts/recipe_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
+# shellcheck source=../shared/recipe_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../shared/recipe_lib.sh"
 
 stop_stage=5
 num_gpus=2

@@ -20,8 +20,8 @@
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
 set -euo pipefail
-# shellcheck source=../../scripts/recipe_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/recipe_lib.sh"
+# shellcheck source=../shared/recipe_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../shared/recipe_lib.sh"
 
 stop_stage=5
 llm_config=conf/llm_ctc.yaml   # the preset of stages 7-8 (conf/llm_ce.yaml: LLM-CE)

@@ -1,5 +1,5 @@
 """Fixtures of the recipe tests: miniature corpora in the real layouts, and copies of
-a recipe folder (run.sh + conf) wired to this checkout's scripts/ and local/."""
+a recipe folder (run.sh + conf) wired to this checkout's egs/shared/ and local/."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _copy_recipe(root: Path, corpus: str) -> Path:
     (root / "egs").mkdir(parents=True, exist_ok=True)
     recipe = root / "egs" / corpus
     shutil.copytree(REPO / "egs" / corpus, recipe, ignore=shutil.ignore_patterns("data", "download", "exp"))
-    for shared in ("scripts", "local"):
+    for shared in ("egs/shared", "local"):
         if not (root / shared).exists():
             (root / shared).symlink_to(REPO / shared)
     (recipe / "download").mkdir()

@@ -52,7 +52,7 @@ def tiny_qwen3(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def recipe(recipe_copy, run_recipe, gigaspeech_corpus, musan_corpus, tiny_qwen3, monkeypatch_module):
     monkeypatch_module.setenv("HF_HUB_OFFLINE", "1")
-    # The recipe copy links scripts/ and local/ only: the packages come from this checkout.
+    # The recipe copy links egs/shared/ and local/ only: the packages come from this checkout.
     monkeypatch_module.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     recipe = recipe_copy("gigaspeech")
     (recipe / "download" / "GigaSpeech").symlink_to(gigaspeech_corpus)

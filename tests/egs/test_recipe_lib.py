@@ -1,4 +1,4 @@
-"""scripts/recipe_lib.sh: option parsing and stage selection shared by every run.sh."""
+"""egs/shared/recipe_lib.sh: option parsing and stage selection shared by every run.sh."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _bash(script: str, *args: str) -> subprocess.CompletedProcess:
-    preamble = f'set -euo pipefail; source "{REPO}/scripts/recipe_lib.sh"; stage=0; stop_stage=5; nj=4; parts="a b"\n'
+    preamble = f'set -euo pipefail; source "{REPO}/egs/shared/recipe_lib.sh"; stage=0; stop_stage=5; nj=4; parts="a b"\n'
     return subprocess.run(
         ["bash", "-c", preamble + script, "test", *args], capture_output=True, text=True, timeout=60
     )

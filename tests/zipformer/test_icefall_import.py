@@ -1,5 +1,5 @@
 """icefall checkpoints in (zipformer/icefall_import.py), checked against icefall's own
-outputs: tests/data/icefall_zipformer/ was written by scripts/make_icefall_fixture.py with
+outputs: tests/data/icefall_zipformer/ was written by its make_icefall_fixture.py with
 icefall's Zipformer2 code (commit in reference.pt) and random weights."""
 
 import math

@@ -1,5 +1,5 @@
 """SPEAR checkpoints in (zipformer/spear.py), checked against icefall's own outputs:
-tests/data/spear_zipformer/ was written by scripts/make_spear_fixture.py with icefall's
+tests/data/spear_zipformer/ was written by its make_spear_fixture.py with icefall's
 Zipformer2 code in SPEAR's layout (seven stacks, output downsampling 1, 128-dim fbank)
 and random weights."""
 
