@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Export the egs/mini model to ONNX and decode test-clean four ways, one thread each:
-# our decoder (PyTorch, stored fbank), our model from audio (scripts/decode_from_audio.py)
+# our decoder (PyTorch, stored fbank), our model from audio (python -m benchmarks.onnx.decode_from_audio)
 # and sherpa-onnx with model.onnx and model.int8.onnx.
 # Run after egs/mini/run.sh (stages 0-5), from anywhere:
 #   benchmarks/onnx/run_mini.sh [exp_dir relative to egs/mini] [data tag]
@@ -26,7 +26,7 @@ echo "== ours (PyTorch, stored fbank), $(uptime)"
 python -m asr.decode --exp-dir "$exp" --iter "$iteration" --avg 1 --use-averaged-model true \
   --method ctc-greedy-search ctc-prefix-beam-search --device cpu --test-cuts "$test_cuts"
 echo "== ours (PyTorch) from audio, lhotse fbank uncompressed, $(uptime)"
-python "$repo/scripts/decode_from_audio.py" --exp-dir "$exp" --iter "$iteration" --avg 1 \
+python -m benchmarks.onnx.decode_from_audio --exp-dir "$exp" --iter "$iteration" --avg 1 \
   --use-averaged-model true --test-cuts "$test_cuts" --result-dir "$exp/torch-from-audio"
 for model in model model.int8; do
   echo "== sherpa-onnx $model, $(uptime)"

@@ -230,7 +230,7 @@ recipe_setup() {
 }
 
 recipe_dir=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
-repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+repo_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)  # this file is egs/shared/recipe_lib.sh
 export PYTHONPATH="$repo_dir${PYTHONPATH:+:$PYTHONPATH}"
 stage=0
 nj=$(( $(nproc) < 15 ? $(nproc) : 15 ))

@@ -1,10 +1,11 @@
 """Our PyTorch model decoding from audio, timed the way zipformer.sherpa_decode times sherpa-onnx.
 
-    cd egs/mini && PYTHONPATH=../.. OMP_NUM_THREADS=1 python ../../scripts/decode_from_audio.py \\
-        --exp-dir exp/full_pruned_ctc --iter 1050 --avg 1 --use-averaged-model true \\
-        --test-cuts data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --result-dir DIR
+    python -m benchmarks.onnx.decode_from_audio --exp-dir egs/mini/exp/full_pruned_ctc --iter 1350 --avg 1 \\
+        --use-averaged-model true --test-cuts egs/mini/data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
+        --result-dir DIR
 
-(run where the training ran: the lang dir comes from the checkpoint's relative path).
+(from the repository root; benchmarks/onnx/run_mini.sh runs it beside sherpa-onnx). For
+one file's text use ``python -m asr.transcribe``.
 
 One utterance at a time: lhotse fbank of the audio (uncompressed, where asr.decode
 reads the lilcom-compressed stored features) -> log-probs -> greedy search -> text. The
@@ -31,7 +32,8 @@ from asr.weights import load_trained_model
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.onnx.decode_from_audio",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--exp-dir", required=True)
     # The checkpoint choice of asr.decode (its decode section's defaults when not given).
     parser.add_argument("--epoch")
