@@ -90,6 +90,31 @@ def _load_one_manifest(path: Path, option_name: str) -> CutSet:
     cuts = load_manifest_lazy(path)
     if not isinstance(cuts, CutSet):
         raise ValueError(f"{option_name}: {path} is not a cut manifest (found {type(cuts).__name__})")
+    return _with_paths_found(cuts, path)
+
+
+def _with_paths_found(cuts: CutSet, manifest: Path) -> CutSet:
+    """``cuts`` whose relative feature and audio paths (written relative to the recipe's
+    folder) are found from any working directory: prefixed with the manifest's nearest
+    ancestor folder under which the first cut's files exist, where they are not found as they are."""
+    first = next(iter(cuts), None)
+    if first is None:
+        return cuts
+    features = first.features.storage_path if first.has_features else None
+    sources = [s.source for s in first.recording.sources if s.type == "file"] if first.has_recording else []
+    ancestors = list(Path(manifest).resolve().parents)
+
+    def base_of(relative: Optional[str]) -> Optional[Path]:
+        if not relative or Path(relative).is_absolute() or Path(relative).exists():
+            return None
+        return next((folder for folder in ancestors if (folder / relative).exists()), None)
+
+    features_base = base_of(features)
+    if features_base is not None:
+        cuts = cuts.with_features_path_prefix(str(features_base))
+    audio_base = base_of(sources[0] if sources else None)
+    if audio_base is not None:
+        cuts = cuts.with_recording_path_prefix(str(audio_base))
     return cuts
 
 

@@ -346,3 +346,32 @@ def test_missing_manifest_and_unknown_option_are_named(tmp_path: Path, corpus: D
         build_section(DataOptions, {"max_durration": 100}, [], "data")
     with pytest.raises(ValueError, match="musan_prob must be in"):
         DataOptions(musan_prob=1.5)
+
+
+def test_relative_feature_and_audio_paths_are_found_from_another_directory(make_cut_corpus, tmp_path, monkeypatch):
+    """A recipe writes paths relative to its folder; decoding from the repository root
+    (the README's commands) must still find the files."""
+    import numpy as np
+    from lhotse import load_manifest
+
+    from asr.data import load_cuts_lazy
+
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    corpus = make_cut_corpus(recipe, train={"r-1": (1.1, "HI")}, valid={"r-2": (1.2, "HO")})
+    expected = {cut.id: (cut.load_features(), cut.load_audio()) for cut in load_manifest(corpus["train"])}
+
+    def relative(cut):
+        cut.features.storage_path = str(Path(cut.features.storage_path).relative_to(recipe))
+        for source in cut.recording.sources:
+            source.source = str(Path(source.source).relative_to(recipe))
+        return cut
+
+    manifest = recipe / "data" / "cuts_relative.jsonl.gz"
+    manifest.parent.mkdir()
+    load_manifest(corpus["train"]).map(relative).to_file(manifest)
+    monkeypatch.chdir(tmp_path)  # elsewhere: the paths are not found as they are
+    for cut in load_cuts_lazy(manifest):
+        assert not Path(load_manifest(manifest)[0].features.storage_path).exists()
+        np.testing.assert_array_equal(cut.load_features(), expected[cut.id][0])
+        np.testing.assert_array_equal(cut.load_audio(), expected[cut.id][1])
