@@ -55,7 +55,7 @@ def _step(model, tokens: Tensor, position: int, cache) -> Tuple[Tensor, object]:
     mask = torch.ones(rows, position + 1, dtype=torch.long, device=tokens.device)
     embeds = model.embed_tokens(tokens.view(rows, 1))
     return backbone_states(model.llm, embeds, mask, _positions(position, 1, rows, tokens.device),
-                           past_key_values=cache, use_cache=True)
+                           cache=cache, use_cache=True)
 
 
 def greedy_search(model, prefill: Tensor, use_cache: bool = True) -> List[int]:

@@ -101,9 +101,22 @@ def load_tokenizer(name_or_path: str, gguf_file: Optional[str] = None):
                          f"({Path(name_or_path).resolve()} {where}; {str(error).splitlines()[0][:160]})") from None
 
 
+def kv_cache_name() -> str:
+    """The name transformers gives a model's KV cache, as argument and output field.
+
+    transformers 5.24 renamed ``past_key_values`` to ``cache`` and warns (FutureWarning)
+    that 5.40 removes the old name; earlier 5.x take only ``past_key_values`` and would
+    pass an unknown ``cache=`` on unused (no cache, silently)."""
+    import transformers
+    from packaging.version import Version
+
+    return "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
+
+
 def backbone_states(backbone: nn.Module, inputs_embeds: Tensor, attention_mask: Tensor,
-                    position_ids: Tensor, past_key_values=None, use_cache: bool = False):
-    """Final-norm hidden states (N, S, D) (and the cache when ``use_cache``)."""
+                    position_ids: Tensor, cache=None, use_cache: bool = False):
+    """Final-norm hidden states (N, S, D) (and the KV cache when ``use_cache``)."""
+    name = kv_cache_name()
     out = backbone(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
-                   past_key_values=past_key_values, use_cache=use_cache)
-    return (out.last_hidden_state, out.past_key_values) if use_cache else out.last_hidden_state
+                   use_cache=use_cache, **{name: cache})
+    return (out.last_hidden_state, getattr(out, name)) if use_cache else out.last_hidden_state

@@ -13,7 +13,7 @@ from .alignment import AlignmentResult, align
 from .frozen_head import FrozenHeadPass
 from .fused_head import add_selected_term, fused_pass, rows_per_block
 from .inputs import PreparedBatch
-from .results import reduce_losses, utterance_weights
+from .results import reduce_losses, utterance_weights, zero_nonfinite_frames
 from .vocab_chunks import Precision, compute_dtype_for
 
 
@@ -99,17 +99,10 @@ def _loss_and_gradients(frames, weight, bias, blank_offset, problem: FusedProble
     num_utterances = batch.num_utterances
     utterance_of_frame = torch.repeat_interleave(
         torch.arange(num_utterances, device=frames.device), batch.frame_counts)
-    excluded = ~batch.alignable
-    finite_rows = torch.isfinite(frames_c).all(dim=1)
-    any_nonfinite = not bool(finite_rows.all())
-    if any_nonfinite:
-        # An utterance with a nonfinite frame has a nonfinite loss: weight it 0 from the
-        # start, and keep its frames out of the products (0 * nan would reach dW).
-        nonfinite_utterances = torch.zeros(num_utterances, dtype=torch.bool,
-                                           device=frames.device)
-        nonfinite_utterances[utterance_of_frame[~finite_rows]] = True
-        excluded = excluded | nonfinite_utterances
-        frames_c = frames_c.masked_fill(~finite_rows.unsqueeze(1), 0.0)
+    # An utterance with a nonfinite frame is weighted 0 from the start.
+    frames_c, finite_rows, nonfinite_utterances = zero_nonfinite_frames(frames_c, batch)
+    excluded = ~batch.alignable | nonfinite_utterances
+    any_nonfinite = finite_rows is not None
     frame_offsets = torch.cumsum(batch.frame_counts, 0) - batch.frame_counts
 
     def utterance_row_weights(excluded_utterances):

@@ -66,6 +66,25 @@ def pack_frames(encoder_out: torch.Tensor, frame_counts: torch.Tensor) -> torch.
     return encoder_out[valid]
 
 
+def zero_nonfinite_frames(frames: torch.Tensor, batch: PreparedBatch):
+    """(frames, finite_rows, nonfinite_utterances) of packed frames (M, D).
+
+    An utterance with a nonfinite frame has a nonfinite loss: it is excluded
+    (``nonfinite_utterances`` (N,) bool), and its nonfinite frames are replaced by zeros
+    so that they stay out of the head's products (0 * nan would reach dW). ``finite_rows``
+    (M,) bool is None when every frame is finite (then ``frames`` is returned as is).
+    """
+    nonfinite_utterances = torch.zeros(batch.num_utterances, dtype=torch.bool,
+                                       device=frames.device)
+    finite_rows = torch.isfinite(frames).all(dim=1)
+    if bool(finite_rows.all()):
+        return frames, None, nonfinite_utterances
+    utterance_of_frame = torch.repeat_interleave(
+        torch.arange(batch.num_utterances, device=frames.device), batch.frame_counts)
+    nonfinite_utterances[utterance_of_frame[~finite_rows]] = True
+    return frames.masked_fill(~finite_rows.unsqueeze(1), 0.0), finite_rows, nonfinite_utterances
+
+
 def contributing_tokens(batch: PreparedBatch, excluded: torch.Tensor) -> torch.Tensor:
     """The target tokens of the contributing utterances, at least 1 ("mean"'s divisor)."""
     return batch.target_lengths.masked_fill(excluded, 0).sum().clamp(min=1)

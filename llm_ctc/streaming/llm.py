@@ -137,7 +137,7 @@ class CachedStreamingLLM:
             positions = torch.arange(length, device=prompt.device)[None]
             with torch.no_grad():
                 _, self.cache = backbone_states(self.model.llm, prompt[None], mask, positions,
-                                                past_key_values=self.cache, use_cache=True)
+                                                cache=self.cache, use_cache=True)
 
     @property
     def cache_size(self) -> int:
@@ -167,7 +167,7 @@ class CachedStreamingLLM:
         positions = torch.arange(self.next_position, self.next_position + 2 * count, device=device)[None]
         with torch.no_grad():
             hidden, self.cache = backbone_states(self.model.llm, inputs, mask, positions,
-                                                 past_key_values=self.cache, use_cache=True)
+                                                 cache=self.cache, use_cache=True)
         self.cache_tau += new_tau
         self.cache_positions += positions[0].tolist()
         self.largest_cache = max(self.largest_cache, self.cache_size)

@@ -5,11 +5,14 @@ import math
 import pytest
 import torch
 
-from pruned_ctc import ExcludedUtteranceWarning, PrunedCTCLoss, pruned_ctc_loss
+from pruned_ctc import ExcludedUtteranceWarning, PrunedCTCLoss, pruned_ctc_loss, standard_ctc_loss
 from references.ctc_reference import dense_reference, relative_error
 
+BOTH_LOSSES = pytest.mark.parametrize("loss_function", [pruned_ctc_loss, standard_ctc_loss])
 
-def test_unalignable_utterance_is_excluded_and_counted():
+
+@BOTH_LOSSES
+def test_unalignable_utterance_is_excluded_and_counted(loss_function):
     generator = torch.Generator().manual_seed(0)
     encoder_out = torch.randn(3, 6, 8, generator=generator, requires_grad=True)
     weight = torch.randn(12, 8, generator=generator, requires_grad=True)
@@ -17,8 +20,8 @@ def test_unalignable_utterance_is_excluded_and_counted():
     # [5, 5, 5] needs 3 labels + 2 repeats = 5 frames; utterance 0 has 4.
     targets = [[5, 5, 5], [3, 4], [7]]
     with pytest.warns(ExcludedUtteranceWarning, match="1 of 3 utterances"):
-        losses, stats = pruned_ctc_loss(encoder_out, weight, bias, targets, [4, 6, 5],
-                                        reduction="none", return_stats=True)
+        losses, stats = loss_function(encoder_out, weight, bias, targets, [4, 6, 5],
+                                      reduction="none", return_stats=True)
     assert stats.num_not_alignable == 1 and stats.num_excluded == 1
     assert stats.excluded.tolist() == [True, False, False]
     assert losses[0].item() == 0.0
@@ -36,23 +39,28 @@ def test_exactly_enough_frames_is_alignable():
     assert stats.num_excluded == 0 and math.isfinite(loss.item()) and loss.item() > 0
 
 
-def test_nonfinite_frames_are_excluded_without_poisoning_other_gradients():
+@BOTH_LOSSES
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_nonfinite_frames_are_excluded_without_poisoning_other_gradients(loss_function, value):
     generator = torch.Generator().manual_seed(1)
     data = torch.randn(2, 5, 6, generator=generator)
-    data[0, 2, 1] = float("nan")
+    data[0, 2, 1] = value
     encoder_out = data.clone().requires_grad_(True)
     weight = torch.randn(10, 6, generator=generator, requires_grad=True)
     bias = torch.randn(10, generator=generator, requires_grad=True)
     with pytest.warns(ExcludedUtteranceWarning, match="nonfinite loss: 1"):
-        loss, stats = pruned_ctc_loss(encoder_out, weight, bias, [[1, 2], [3]], [5, 5],
-                                      return_stats=True)
+        loss, stats = loss_function(encoder_out, weight, bias, [[1, 2], [3]], [5, 5],
+                                    return_stats=True)
     assert stats.excluded.tolist() == [True, False]
     loss.backward()
     assert torch.equal(encoder_out.grad[0], torch.zeros(5, 6))
     for grad in (encoder_out.grad, weight.grad, bias.grad):
         assert torch.isfinite(grad).all()
-    clean = pruned_ctc_loss(data[1:].clone(), weight.detach(), bias.detach(), [[3]], [5])
-    torch.testing.assert_close(loss.detach(), clean)
+    clean_weight = weight.detach().clone().requires_grad_(True)
+    clean = loss_function(data[1:].clone(), clean_weight, bias.detach(), [[3]], [5])
+    clean.backward()
+    torch.testing.assert_close(loss.detach(), clean.detach())
+    torch.testing.assert_close(weight.grad, clean_weight.grad)
 
 
 def test_empty_targets_are_valid():
