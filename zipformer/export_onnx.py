@@ -344,7 +344,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Path]:
         paths = export_model(model, token_entries, output_dir, token_source=source, exporter=args.exporter,
                              opset=args.opset, int8=args.int8, model_author=args.model_author,
                              comment=args.comment)
-    except (FileNotFoundError, ValueError, KeyError) as error:
+    except (FileNotFoundError, ValueError, KeyError, RuntimeError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     print("\n".join(f"wrote {path}" for path in paths.values()))
     return paths

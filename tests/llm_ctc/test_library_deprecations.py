@@ -46,14 +46,14 @@ def test_cached_generation_raises_no_deprecation_and_uses_the_cache(ce_model):
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         warnings.simplefilter("error", DeprecationWarning)
-        cached = ce_model.generate(features, lengths, use_cache=True)
+        cached = ce_model.generate_ids(features, lengths, use_cache=True)
     # Without the cache really passed, the steps after the prefill would see one token.
-    assert cached == ce_model.generate(features, lengths, use_cache=False)
+    assert cached == ce_model.generate_ids(features, lengths, use_cache=False)
 
 
 def test_streaming_step_raises_no_deprecation_and_fills_the_cache(ctc_model):
-    from llm_ctc.streaming import CachedStreamingLLM
-    from llm_ctc.streaming_layout import Qwen3ASRGrid
+    from llm_ctc.streaming.llm import CachedStreamingLLM
+    from llm_ctc.streaming.layout import Qwen3ASRGrid
 
     grid = Qwen3ASRGrid()
     count = grid.count(200)

@@ -218,9 +218,6 @@ def test_the_default_graph_passes_the_length_check(exported):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="since commit d65a866 (channels-last depthwise convolutions in zipformer/layer.py) "
-                          "torch.export specializes T to the example's parity: onnxruntime fails on even T")
 def test_dynamo_exporter_gives_the_same_log_probs_at_every_length(tmp_path):
     model = tiny_model()
     paths = export_model(model, piece_table(model.config.vocab_size), tmp_path, exporter="dynamo", int8=False)
