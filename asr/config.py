@@ -51,7 +51,7 @@ ALL_DECODING_METHODS = DECODING_METHODS + GENERATION_METHODS + STREAMING_METHODS
 # library only.
 FAMILIES: Dict[str, Tuple[str, str, str]] = {
     "zipformer": ("zipformer.presets:ZipformerConfig", "zipformer.presets:ScaledAdamOptions", "zipformer.family"),
-    "llm_ctc": ("llm_ctc.config:LLMASRConfig", "llm_ctc.options:AdamWOptions", "llm_ctc.family"),
+    "llm_ctc": ("llm_ctc.config:LLMASRConfig", "llm_ctc.config:AdamWOptions", "llm_ctc.family"),
 }
 DEFAULT_FAMILY = "zipformer"
 

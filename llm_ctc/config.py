@@ -1,9 +1,12 @@
-"""The configuration of an LLM-based recognizer (LLM-CTC or the LLM-CE baseline).
+"""The configuration of an LLM-based recognizer (LLM-CTC or the LLM-CE baseline): the
+``model`` section (:class:`LLMASRConfig`) and the ``optim`` section (:class:`AdamWOptions`)
+of an ``llm_ctc`` run.
 
-Plain fields only (no lhotse, no transformers): the config says how to rebuild every
-part. Frozen parts are named by path or hub name (the LLM, its tokenizer, the speech
-encoder); a checkpoint then only needs the trainable parameters (LoRA, projector,
-query vector, blank offset). Defaults are the paper's (App. D.2).
+Plain fields only (standard library: reading a preset must not import torch or
+transformers): the config says how to rebuild every part. Frozen parts are named by path
+or hub name (the LLM, its tokenizer, the speech encoder); a checkpoint then only needs
+the trainable parameters (LoRA, projector, query vector, blank offset). Defaults are the
+paper's (App. D.2, Table 8).
 """
 
 from __future__ import annotations
@@ -168,4 +171,46 @@ class LLMASRConfig:
         return cls(**dict(values))
 
 
-__all__ = ["LLMASRConfig", "OBJECTIVES", "READOUTS", "ENCODER_TYPES", "PROJECTOR_TYPES", "LORA_TARGETS"]
+@dataclass
+class AdamWOptions:
+    """The ``optim`` section: AdamW with linear warm-up and cosine decay (:mod:`llm_ctc.optim`).
+
+    Defaults are the paper's shared LLM-based ASR settings (App. D.2, Table 8): peak lr
+    1e-4, weight decay 0.1, moments 0.9/0.95, eps 1e-6, 200 linear warm-up updates, cosine
+    decay to a floor of 5% of the peak, clip norm 5.
+    """
+
+    lr: float = 1e-4  # peak learning rate
+    weight_decay: float = 0.1  # on matrices only (SpeechLLM.parameter_groups)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-6
+    warmup_batches: int = 200  # linear warm-up, in optimizer updates
+    # Updates after which the cosine reaches the floor (the paper gives no length: a
+    # recipe sets it to its number of updates); the rate stays at the floor afterwards.
+    decay_batches: int = 20000
+    final_lr_fraction: float = 0.05  # the floor, as a fraction of the peak
+    clip_norm: float = 5.0  # total gradient norm; 0 turns clipping off
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "eps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"optim.{name} must be > 0, got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise ValueError(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"optim.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.warmup_batches < 0:
+            raise ValueError(f"optim.warmup_batches must be >= 0, got {self.warmup_batches}")
+        if self.decay_batches <= self.warmup_batches:
+            raise ValueError(f"optim.decay_batches ({self.decay_batches}) must exceed optim.warmup_batches "
+                             f"({self.warmup_batches})")
+        if not 0.0 <= self.final_lr_fraction <= 1.0:
+            raise ValueError(f"optim.final_lr_fraction must be in [0, 1], got {self.final_lr_fraction}")
+        if self.clip_norm < 0:
+            raise ValueError(f"optim.clip_norm must be >= 0 (0: no clipping), got {self.clip_norm}")
+
+
+__all__ = ["LLMASRConfig", "AdamWOptions", "OBJECTIVES", "READOUTS", "ENCODER_TYPES", "PROJECTOR_TYPES",
+           "LORA_TARGETS"]

@@ -2,7 +2,7 @@
 :mod:`asr.family` for the interface): the LLM's own tokenizer as the lexicon, the model
 from its ``model`` section (:class:`llm_ctc.config.LLMASRConfig`), and AdamW with
 warm-up, cosine decay and clipping from its ``optim`` section
-(:class:`llm_ctc.options.AdamWOptions`).
+(:class:`llm_ctc.config.AdamWOptions`).
 
 The toolkit sees the models through two thin adapters (:class:`ToolkitLLMCTC`,
 :class:`ToolkitLLMCE`): the batch loss with per-utterance exclusions, output lengths,
@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.decoding import LLMTokenizer, best_frame_ids
 from llm_ctc.optim import ClippedAdamW, WarmupCosine
-from llm_ctc.options import AdamWOptions
+from llm_ctc.config import AdamWOptions
 
 FrameCount = Union[int, Tensor]
 

@@ -111,7 +111,7 @@ def full_step_single(method: str, args) -> dict:
     from llm_analysis_support import batch_of, build_model, synthesized_utterances
 
     from llm_ctc.family import build_optimizer
-    from llm_ctc.options import AdamWOptions
+    from llm_ctc.config import AdamWOptions
 
     torch.manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as scratch:
