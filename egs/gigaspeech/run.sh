@@ -87,18 +87,7 @@ if run_stage 5 "split $train_subset into pieces of $xl_chunk_size recordings"; t
 fi
 
 if run_stage 6 "fbank of the $train_subset pieces [$start, $stop)"; then
-  pieces=("$split_dir"/gigaspeech_cuts_"${train_subset}"_raw.*.jsonl.gz)
-  last=$stop
-  if [ "$last" -lt 0 ] || [ "$last" -gt ${#pieces[@]} ]; then last=${#pieces[@]}; fi
-  pending=0
-  for ((index = start; index < last; index++)); do
-    [ -f "${pieces[$index]/_raw./.}" ] || pending=$((pending + 1))
-  done
-  if [ $pending -eq 0 ] && [ -f "$split_dir/.split.done" ]; then
-    log "fbank of pieces [$start, $last): all done, skipping"
-  else
-    python -m local.feature_pieces compute "$split_dir" --start "$start" --stop "$stop" --num-jobs "$nj"
-  fi
+  python -m local.feature_pieces compute "$split_dir" --start "$start" --stop "$stop" --num-jobs "$nj"
 fi
 
 if run_stage 7 "MUSAN fbank"; then
@@ -125,13 +114,7 @@ fi
 
 if run_stage 10 "train Zipformer with Pruned CTC ($train_config) into $exp_dir"; then
   # Every piece needs its features (stage 6), else training would see part of the corpus.
-  missing=0
-  for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
-    [ -f "${raw/_raw./.}" ] || missing=$((missing + 1))
-  done
-  if [ ! -f "$split_dir/.split.done" ] || [ $missing -gt 0 ]; then
-    die "$split_dir: not split, or $missing piece(s) without features: finish stages 5 and 6 first"
-  fi
+  python -m local.feature_pieces check "$split_dir" --finish "stages 5 and 6"
   train_model
 fi
 
@@ -224,11 +207,10 @@ llm_test_sets() {
 
 # require_llm_features: every training piece has the features the encoder reads.
 require_llm_features() {
-  local raw missing=0
-  for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
-    [ -f "$llm_fbank_dir/gigaspeech_${train_subset}_split/$(basename "${raw/_raw./.}")" ] || missing=$((missing + 1))
-  done
-  [ $missing -eq 0 ] || die "$missing $train_subset piece(s) without features in $llm_fbank_dir: finish stage $([ "$llm_fbank_dir" = "$fbank_dir" ] && echo 6 || echo 20) first"
+  local stage_of_features=20
+  [ "$llm_fbank_dir" = "$fbank_dir" ] && stage_of_features=6
+  python -m local.feature_pieces check "$split_dir" --features-dir "$llm_fbank_dir/gigaspeech_${train_subset}_split" \
+    --finish "stages 5 and $stage_of_features"
 }
 
 for objective in ctc ce; do

@@ -386,7 +386,7 @@ def test_gigaspeech_training_refuses_pieces_without_features(recipe_copy, run_re
         (split / name).write_text("")
     result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
     assert result.returncode != 0
-    assert "data/fbank/gigaspeech_XL_split: not split, or 1 piece(s) without features: finish stages 5 and 6" in result.stderr
+    assert "1 of 2 piece(s) of data/fbank/gigaspeech_XL_split without features: finish stages 5 and 6" in result.stderr
 
 
 def test_the_summary_before_training_names_the_missing_experiment(recipe_copy, run_recipe):
