@@ -67,7 +67,7 @@ TEXT_NORMALIZERS: Dict[str, Optional[Callable[[str], str]]] = {
 FLAG_OVERRIDES = {
     "exp_dir": "train.exp_dir", "lang_dir": "train.lang_dir", "num_workers": "data.num_workers",
     "epoch": "decode.epoch", "iter": "decode.iter", "avg": "decode.avg",
-    "use_averaged_model": "decode.use_averaged_model", "method": "decode.methods", "beam": "decode.beam",
+    "use_averaged_model": "decode.use_averaged_model", "method": "decode.methods", "beam_size": "decode.beam_size",
     "token_penalty": "decode.token_penalty", "test_cuts": "decode.test_cuts",
     "max_duration": "decode.max_duration", "compute_cer": "decode.compute_cer",
     "text_normalization": "decode.text_normalization", "device": "decode.device",
@@ -254,7 +254,7 @@ def decode_test_set(
         for method, history, key in settings:
             method_started = time.perf_counter()
             if method in STREAMING_METHODS:
-                token_ids, caches = model.streaming_ids(features, feature_lens, history, method, beam=options.beam,
+                token_ids, caches = model.streaming_ids(features, feature_lens, history, method, beam=options.beam_size,
                                                         token_penalty=options.token_penalty)
                 largest_cache[key] = max(largest_cache.get(key, 0), *caches)
             else:
@@ -294,10 +294,10 @@ def search_batch(model: torch.nn.Module, method: str, options: DecodeOptions, bl
             return ctc_collapse(log_probs, lengths, blank_id=blank_id)
         return ctc_greedy_search(log_probs, lengths, blank_id=blank_id)
     if method == "ctc-prefix-beam-search":
-        return ctc_prefix_beam_search(log_probs, lengths, beam=options.beam, blank_id=blank_id,
+        return ctc_prefix_beam_search(log_probs, lengths, beam=options.beam_size, blank_id=blank_id,
                                       token_penalty=options.token_penalty)
     with torch.inference_mode():
-        return model.generate_ids(features, feature_lens, beam=None if method == "llm-greedy-search" else options.beam)
+        return model.generate_ids(features, feature_lens, beam=None if method == "llm-greedy-search" else options.beam_size)
 
 
 def decoding_settings(options: DecodeOptions) -> List[Tuple[str, Optional[int], str]]:
@@ -316,7 +316,7 @@ def method_key(method: str, options: DecodeOptions, history: Optional[int] = Non
     suffix = "" if history is None else f"_history-{history}s"
     if method in ("ctc-greedy-search", "llm-greedy-search", "ctc-streaming-greedy-search"):
         return method + suffix
-    key = f"{method}_beam-{options.beam}"
+    key = f"{method}_beam-{options.beam_size}"
     if options.token_penalty and method in ("ctc-prefix-beam-search", "ctc-streaming-prefix-beam-search"):
         key += f"_token-penalty-{options.token_penalty:g}"
     return key + suffix
@@ -401,7 +401,7 @@ def choose_device(option: str) -> torch.device:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Decode test sets with a trained CTC model.",
-        epilog="Overrides: section.field=value, e.g. decode.epoch=last decode.avg=15 decode.beam=8. "
+        epilog="Overrides: section.field=value, e.g. decode.epoch=last decode.avg=15 decode.beam_size=8. "
                "Each flag below is one of them under icefall's name (no defaults of its own: "
                "asr.config.DecodeOptions holds them).")
     parser.add_argument("--config", type=Path, default=None, help="the training preset (else: the checkpoint's)")
@@ -412,7 +412,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--avg", help="decode.avg")
     parser.add_argument("--use-averaged-model", help="decode.use_averaged_model (true/false)")
     parser.add_argument("--method", nargs="+", help="decode.methods")
-    parser.add_argument("--beam", help="decode.beam")
+    parser.add_argument("--beam-size", help="decode.beam_size")
     parser.add_argument("--token-penalty", help="decode.token_penalty")
     parser.add_argument("--test-cuts", help="decode.test_cuts: comma-separated manifests or NAME=PATH items")
     parser.add_argument("--lang-dir", help="train.lang_dir")

@@ -70,23 +70,22 @@ class LLMASRConfig:
     query_std: float = 0.02
     blank_id: Optional[int] = None
     blank_cosine_threshold: float = 0.999
-    # Pruned CTC's vocabulary chunk and alignment beam (paper Sec. 3.2-3.3); None takes
-    # pruned_ctc's defaults, beam=inf keeps every alignment.
+    # Pruned CTC's vocabulary chunk and alignment pruning beam (paper Sec. 3.2-3.3, App. B.3);
+    # None takes pruned_ctc's defaults, alignment_beam=inf keeps every alignment.
     chunk_size: Optional[int] = None
-    beam: Optional[float] = None
+    alignment_beam: Optional[float] = None
     # LoRA (peft) on the LLM backbone; rank 0 turns LoRA off.
     lora_rank: int = 64
     lora_alpha: float = 64.0
     lora_dropout: float = 0.05
     lora_targets: Tuple[str, ...] = LORA_TARGETS
-    # LLM-CE (Sec. 4.1, eq. 10; App. D.2 decoding).
+    # LLM-CE (Sec. 4.1, eq. 10; App. D.2 decoding: the beam is decode.beam_size).
     ce_user_text: str = "Transcribe the speech."
     eos_id: Optional[int] = None  # None: the tokenizer's EOS
     max_new_tokens: int = 200
     # Greedy decoding (LLM-CTC's frames, LLM-CE's steps): find the float32 head's argmax
     # through a BF16 product first (the same ids; llm_ctc/head_argmax.py).
     screened_argmax: bool = False
-    ce_beam: int = 4
     length_penalty: float = 1.0
     # Streaming LLM-CTC (Sec. 4.3, App. D.4; query readout only): chunks of
     # ``streaming_chunk_seconds``, all trained in parallel under the bounded-history mask
@@ -116,7 +115,7 @@ class LLMASRConfig:
         if self.encoder_checkpoint_entry not in ("model", "model_avg"):
             raise ValueError("model.encoder_checkpoint_entry must be 'model' or 'model_avg', got "
                              f"{self.encoder_checkpoint_entry!r}")
-        for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens", "ce_beam"):
+        for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.lora_rank < 0:
@@ -136,16 +135,16 @@ class LLMASRConfig:
         for name in ("streaming_chunk_seconds", "streaming_max_history"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1 (whole seconds), got {getattr(self, name)}")
-        if self.beam is not None and not self.beam > 0:
-            raise ValueError(f"model.beam must be > 0 or None, got {self.beam}")
+        if self.alignment_beam is not None and not self.alignment_beam > 0:
+            raise ValueError(f"model.alignment_beam must be > 0 or None, got {self.alignment_beam}")
 
     def pruning_options(self) -> Dict[str, Any]:
         """chunk_size and beam for ``pruned_ctc_loss``: unset ones keep its defaults."""
         options: Dict[str, Any] = {}
         if self.chunk_size is not None:
             options["chunk_size"] = self.chunk_size
-        if self.beam is not None:
-            options["beam"] = None if math.isinf(self.beam) else self.beam
+        if self.alignment_beam is not None:
+            options["beam"] = None if math.isinf(self.alignment_beam) else self.alignment_beam
         return options
 
     @property
@@ -164,11 +163,16 @@ class LLMASRConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "LLMASRConfig":
+        """A config from a mapping, e.g. the model section saved in a checkpoint (keys renamed
+        since are translated: asr.renamed_keys)."""
+        from asr.renamed_keys import translate_saved_model
+
+        values = translate_saved_model("llm_ctc", values)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown LLM model option(s) {unknown}; valid: {sorted(known)}")
-        return cls(**dict(values))
+        return cls(**values)
 
 
 @dataclass

@@ -9,8 +9,9 @@
 #   ./run.sh --stage 20 --stop-stage 25 --num-gpus 8 --llm Qwen/Qwen3-8B --llm-encoder spear \
 #     --llm-encoder-path download/spear-xlarge-speech-audio-v2-icefall   # Table 3's SPEAR-Qwen3-8B
 #   ./run.sh --stage 30 --stop-stage 34 --table5-model Qwen/Qwen3-ASR-1.7B   # Table 5, one column
-# LLM settings live in conf/llm_<ctc|ce>_<spear|zipformer|qwen3_asr>.yaml (--llm-args,
-# --llm-decode-args override them as --train-args does for stages 10-13).
+# LLM settings live in conf/llm_<ctc|ce>_<spear|zipformer|qwen3_asr>.yaml (over conf/llm_base.yaml
+# and conf/llm_<ctc|ce>_base.yaml), those of a Qwen3 size in conf/llm_<ctc|ce>_<14b|32b>.yaml
+# (--llm-args, --llm-decode-args override them as --train-args does for stages 10-13).
 # Hyper-parameters live in conf/train.yaml (override: --train-args "data.max_duration=700").
 # Scoring applies GigaSpeech's official normalization (fillers, tags) to both sides.
 # Stage 6 (features of the training subset, in pieces) can run in several terminals
@@ -34,7 +35,7 @@ llm=Qwen/Qwen3-8B              # stages 22-25: any Qwen3 (0.6B-32B) hub name, or
 llm_encoder=spear              # spear (Table 3), zipformer (stage 10's model) or qwen3_asr
 llm_encoder_path=""            # default: the conf's model.encoder_path (zipformer: stage 21's file)
 llm_args=""                    # section.field=value overrides of the LLM training, e.g. "data.max_duration=100"
-llm_decode_args=""             # and of its decoding, e.g. "decode.beam=8"
+llm_decode_args=""             # and of its decoding, e.g. "decode.beam_size=8"
 table5_model=Qwen/Qwen3-ASR-0.6B  # stages 30-34: hub name or folder of a Qwen3-ASR checkpoint
 table5_fbank_dir=data/fbank128    # its 128-bin features (stage 20)
 table5_projector_hidden=""     # default: the encoder width of 0.6B (896) or 1.7B (1024) from the name
@@ -168,11 +169,10 @@ if run_stage 21 "the Zipformer of $zipformer_exp as a frozen speech encoder ($zi
 fi
 
 # llm_settings OBJECTIVE: train_config, exp_dir and the settings of LLM-<OBJECTIVE> with
-# --llm on --llm-encoder. Qwen3 sizes change a few settings (App. D.3): activation
-# checkpointing for 14B (LLM-CTC) and 32B, peak lr 5e-5 for 32B, and LLM-CE's 100 s
-# microbatches for 14B and 32B, two accumulated per update (GA 2: 1,600 s per update on 8 GPUs).
+# --llm on --llm-encoder, and those of the Qwen3 size in the --llm name (App. D.3: activation
+# checkpointing, peak lr, microbatch and accumulation; conf/llm_<ctc|ce>_<size>.yaml).
 llm_settings() {
-  local objective=$1 name settings=()
+  local objective=$1 name settings=() size_line size_settings=()
   name=$(basename "$llm" | tr '[:upper:]' '[:lower:]')
   train_config=conf/llm_${objective}_${llm_encoder}.yaml
   exp_dir=exp/llm_${objective}_${llm_encoder}_${name}
@@ -185,14 +185,12 @@ llm_settings() {
   elif [ "$llm_encoder" = zipformer ]; then
     settings+=(model.encoder_path="$zipformer_exp/decoding.pt")
   fi
-  case "$name" in
-    *-14b*)
-      if [ "$objective" = ctc ]; then settings+=(model.activation_checkpointing=true); else settings+=(data.max_duration=100 train.accum_grad=2); fi ;;
-    *-32b*)
-      settings+=(model.activation_checkpointing=true optim.lr=0.00005)
-      [ "$objective" = ce ] && settings+=(data.max_duration=100 train.accum_grad=2) ;;
-  esac
-  [ ${#settings[@]} -gt 4 ] && log "settings for $name (App. D.3): ${settings[*]:4}"
+  size_line=$(python -m local.llm_size_settings "$train_config" "$llm")
+  read -r -a size_settings <<< "$size_line"
+  if [ ${#size_settings[@]} -gt 0 ]; then
+    log "settings for $name (App. D.3): ${size_settings[*]}"
+    settings+=("${size_settings[@]}")
+  fi
   train_args=$llm_args
   decode_args=$llm_decode_args
   training_settings "${settings[@]}"
