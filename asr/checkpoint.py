@@ -30,6 +30,7 @@ import torch
 from asr.atomic_io import torch_save_atomically
 from asr.config import PathLike
 from asr.family import Recognizer
+from asr.renamed_keys import translate_saved_config
 
 
 _ITERATION_CHECKPOINT = re.compile(r"^checkpoint-(\d+)\.pt$")
@@ -232,8 +233,8 @@ def check_config_matches(
     ignore: Tuple[str, ...] = (),
 ) -> None:
     """Raise :class:`CheckpointConfigMismatch` naming the first differing field."""
-    saved_fields = dict(_flatten(saved))
-    current_fields = dict(_flatten(current))
+    saved_fields = dict(_flatten(translate_saved_config(saved)))
+    current_fields = dict(_flatten(translate_saved_config(current)))
     missing = object()
     for name in sorted(set(saved_fields) | set(current_fields)):
         if name in ignore or any(name.startswith(prefix + ".") for prefix in ignore):

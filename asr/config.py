@@ -1,25 +1,28 @@
 """The configuration of a run: one YAML preset plus ``section.field=value`` overrides.
 
-A recipe's ``egs/<corpus>/conf/<model>.yaml`` has up to five sections and names its
-model family (default ``zipformer``)::
+A recipe's ``egs/<corpus>/conf/<model>.yaml`` has up to five sections, names its model
+family (default ``zipformer``) and may extend a base preset (:mod:`asr.preset_files`)::
 
+    base: train.yaml  # optional: a preset in the same folder, merged key by key below this one
     family: zipformer
     model:            # the family's model config (zipformer.presets.ZipformerConfig)
-      preset: M
+      preset: S
     optim:            # the family's optimizer and schedule (ScaledAdam + Eden for zipformer)
-      base_lr: 0.045
+      base_lr: 0.04
     data:             # DataOptions below: manifests, batching, augmentation
       max_duration: 1000
     train:            # TrainOptions below: the training loop
       num_epochs: 50
     decode:           # DecodeOptions below: checkpoint choice and search
-      beam: 4
+      beam_size: 8
 
-Every program (``asr.train``, ``asr.decode``, the benchmarks, the recipes' shell) reads
-it with :func:`load_run_config`; any field can be overridden on the command line as
+A preset holds only what differs from its base or from the schema's defaults. Every
+program (``asr.train``, ``asr.decode``, the benchmarks, the recipes' shell) reads it with
+:func:`load_run_config`; any field can be overridden on the command line as
 ``section.field=value`` (``train.num_epochs=30 data.max_duration=600 model.preset=S``).
 Values are read as the type of the field they set; an unknown section or field is an
-error naming it. Each default lives once: in the dataclass that owns the field.
+error naming it, a renamed one an error naming its new name (:mod:`asr.renamed_keys`).
+Each default lives once: in the dataclass that owns the field.
 
 This module imports the standard library and yaml only (and a family's config module,
 which must do the same), so reading a preset is cheap and imports no lhotse or torch.
@@ -34,6 +37,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from asr.decode_methods import DEFAULT_METHODS, method_of
+from asr.override_values import format_value, parse_value
+from asr.renamed_keys import refusal, translate_saved_config
 
 PathLike = Union[str, Path]
 
@@ -44,7 +49,7 @@ SECTIONS = ("model", "optim", "data", "train", "decode")
 # library only.
 FAMILIES: Dict[str, Tuple[str, str, str]] = {
     "zipformer": ("zipformer.presets:ZipformerConfig", "zipformer.presets:ScaledAdamOptions", "zipformer.family"),
-    "llm_ctc": ("llm_ctc.config:LLMASRConfig", "llm_ctc.options:AdamWOptions", "llm_ctc.family"),
+    "llm_ctc": ("llm_ctc.config:LLMASRConfig", "llm_ctc.config:AdamWOptions", "llm_ctc.family"),
 }
 DEFAULT_FAMILY = "zipformer"
 
@@ -77,7 +82,6 @@ class DataOptions:
     shuffle: bool = True
     drop_last: bool = True
     num_workers: int = 2
-    seed: int = 42
     on_the_fly_feats: bool = False  # compute fbank from the audio instead of reading it
     on_the_fly_num_mel_bins: int = 80  # its bins: the model's input width (128 for the LLM encoders)
     min_cut_duration: float = 1.0
@@ -124,7 +128,7 @@ class DataOptions:
 class TrainOptions:
     """The training loop's settings; defaults are icefall's LibriSpeech Zipformer-M recipe."""
 
-    exp_dir: str = "exp/zipformer"
+    exp_dir: str = "exp/zipformer_pruned_ctc"
     lang_dir: str = "data/lang_bpe_500"
     num_epochs: int = 30
     # With auto_resume, a run continues from the newest checkpoint of exp_dir (and says
@@ -139,7 +143,7 @@ class TrainOptions:
     keep_last_k: int = 30  # checkpoint-<batch>.pt files kept (0: all)
     valid_interval: int = 3000  # batches between validations (and after every epoch)
     log_interval: int = 50  # batches between console/tensorboard lines
-    seed: int = 42
+    seed: int = 42  # the run's one seed: model initialization, data order and augmentation
     device: str = "auto"  # auto, cpu, cuda
     tensorboard: bool = True
     max_batches: int = 0  # stop after this many global batches (0: no limit)
@@ -187,7 +191,9 @@ class DecodeOptions:
     avg: int = 1
     use_averaged_model: bool = True
     methods: Tuple[str, ...] = DEFAULT_METHODS  # names of asr.decode_methods.METHODS
-    beam: int = 4  # prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2), hypotheses by llm-beam-search
+    # Search width: prefixes kept by ctc-prefix-beam-search (paper Sec. 5.2), hypotheses by
+    # llm-beam-search (App. D.2-D.3). The loss's alignment beam is model.alignment_beam.
+    beam_size: int = 4
     token_penalty: float = 0.0  # added per emitted token (paper App. D.3-D.4: 0.3 or 0.7 for LLM-CTC)
     test_cuts: str = ""  # comma-separated manifests, or NAME=PATH items
     max_duration: float = 0.0  # seconds per batch; 0: data.max_duration
@@ -209,8 +215,8 @@ class DecodeOptions:
             raise ValueError(f"decode.iter must be a batch number, 'last' or 0 (use decode.epoch), got {self.iter!r}")
         if self.avg < 1:
             raise ValueError(f"decode.avg must be >= 1, got {self.avg}")
-        if self.beam < 1:
-            raise ValueError(f"decode.beam must be >= 1, got {self.beam}")
+        if self.beam_size < 1:
+            raise ValueError(f"decode.beam_size must be >= 1, got {self.beam_size}")
         if self.max_duration < 0:
             raise ValueError(f"decode.max_duration must be >= 0, got {self.max_duration}")
         if isinstance(self.history_seconds, int):
@@ -267,9 +273,9 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], overrides: Iterable[str] = ()) -> "RunConfig":
-        """The inverse of :meth:`to_dict` (a checkpoint's saved configuration), with
-        ``section.field=value`` overrides applied."""
-        document = dict(values)
+        """The inverse of :meth:`to_dict` (a checkpoint's saved configuration, its keys
+        renamed since translated), with ``section.field=value`` overrides applied."""
+        document = translate_saved_config(values)
         return _build(document, _overrides_by_section(overrides, document), source="saved configuration")
 
 
@@ -290,30 +296,33 @@ def _import_class(spec: str) -> type:
 
 
 def load_run_config(path: Optional[PathLike] = None, overrides: Iterable[str] = ()) -> RunConfig:
-    """Read a preset YAML (``family`` and the sections of :data:`SECTIONS`) and apply
-    ``section.field=value`` overrides (``family=NAME`` switches the family)."""
-    document: Dict[str, Any] = {}
-    source = "defaults"
-    if path is not None:
-        import yaml
+    """Read a preset YAML (``family``, the sections of :data:`SECTIONS`, optionally a
+    ``base`` preset it extends) and apply ``section.field=value`` overrides
+    (``family=NAME`` switches the family). Errors name the preset file at fault."""
+    from asr.preset_files import merge_presets, read_preset_chain
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"--config: preset file not found: {path}")
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        source = str(path)
-        if not isinstance(document, dict):
-            raise ValueError(f"{path}: expected a mapping with sections {list(SECTIONS)} at the top level")
-        unknown = sorted(set(document) - set(SECTIONS) - {"family"})
-        if unknown:
-            raise ValueError(f"{path}: unknown section(s) {unknown}; valid: 'family' and {list(SECTIONS)}")
+    chain = read_preset_chain(path) if path is not None else []
+    document = merge_presets(chain)
     by_section = _overrides_by_section(overrides, document)
+    family = document.get("family") or DEFAULT_FAMILY
+    classes = section_classes(family)
+    for preset in chain:
+        for name, kind in classes.items():
+            for key in preset.document.get(name) or {}:
+                _check_key(kind, family, name, key, source=f"{preset.path}: ")
     for name in ("vocab_size", "blank_id"):
-        given = name in (document.get("model") or {}) or any(o.split("=")[0].strip() == name for o in by_section["model"])
-        if given:
+        files = [str(p.path) for p in chain if name in (p.document.get("model") or {})]
+        if files or any(o.split("=")[0].strip() == name for o in by_section["model"]):
             raise ValueError(f"model.{name} is taken from the lexicon of train.lang_dir (its tokens.txt or "
-                             f"bpe.model); remove it from {source} and the overrides")
-    return _build(document, by_section, source)
+                             f"bpe.model); remove it from {', '.join(files) or 'the overrides'}")
+    if path is None:
+        return _build(document, by_section, "defaults")
+    try:
+        return _build(document, by_section, str(path))
+    except OverrideError:
+        raise
+    except ValueError as error:
+        raise ValueError(f"{path}{' with the overrides' if overrides else ''}: {error}") from None
 
 
 def _overrides_by_section(overrides: Iterable[str], document: Dict[str, Any]) -> Dict[str, List[str]]:
@@ -331,48 +340,74 @@ def _overrides_by_section(overrides: Iterable[str], document: Dict[str, Any]) ->
     return by_section
 
 
+def section_classes(family: str) -> Dict[str, type]:
+    """Section name -> the dataclass that reads it, for a family."""
+    model_class, optim_class = family_config_classes(family)
+    return {"model": model_class, "optim": optim_class, "data": DataOptions, "train": TrainOptions,
+            "decode": DecodeOptions}
+
+
 def _build(document: Dict[str, Any], by_section: Dict[str, List[str]], source: str) -> RunConfig:
     family = document.get("family") or DEFAULT_FAMILY
-    model_class, optim_class = family_config_classes(family)
-    classes = {"model": model_class, "optim": optim_class, "data": DataOptions, "train": TrainOptions,
-               "decode": DecodeOptions}
     sections = {}
-    for name, kind in classes.items():
+    for name, kind in section_classes(family).items():
         values = document.get(name) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{source}: section {name!r} must be a mapping, got {values!r}")
-        sections[name] = build_section(kind, values, by_section[name], name)
+        sections[name] = build_section(kind, values, by_section[name], name, family=family)
     return RunConfig(family=family, **sections)
 
 
 Section = TypeVar("Section")
 
 
-def build_section(kind: Type[Section], values: Mapping[str, Any], overrides: Iterable[str], section: str) -> Section:
+def build_section(kind: Type[Section], values: Mapping[str, Any], overrides: Iterable[str], section: str,
+                  family: str = DEFAULT_FAMILY) -> Section:
     """A section's dataclass from its YAML values and ``field=value`` overrides.
 
     Overrides are typed by the field they set. A class may accept keys that are not
     fields (``extra_keys``, e.g. a model's ``preset``) and build itself from the merged
-    mapping (``from_dict``); otherwise the fields are its keyword arguments.
+    mapping (``from_dict``); otherwise the fields are its keyword arguments. Renamed
+    keys are refused, naming the new key (``family`` decides the model section's).
     """
-    types = field_types(kind)
-    types.update(getattr(kind, "extra_keys", {}))
+    types = _section_keys(kind)
     merged = dict(values)
     for name in merged:
-        if name not in types:
-            raise ValueError(f"unknown {section} option {name!r}; valid: {sorted(types)}")
+        _check_key(kind, family, section, name)
     for item in overrides:
         name, _, raw = item.partition("=")
         name = name.strip().replace("-", "_")
-        if name not in types:
-            raise ValueError(f"unknown {section} option {name!r} in override '{section}.{item}'; "
-                             f"valid: {sorted(types)}")
-        merged[name] = parse_value(raw.strip(), types[name], f"{section}.{name}")
+        _check_key(kind, family, section, name, override=f"{section}.{item}")
+        try:
+            merged[name] = parse_value(raw.strip(), types[name], f"{section}.{name}")
+        except ValueError as error:
+            raise OverrideError(str(error)) from None
     builder = getattr(kind, "from_dict", None)
     try:
         return builder(merged) if builder is not None else kind(**merged)
     except TypeError as error:
         raise ValueError(f"{section}: {error}") from None
+
+
+def _section_keys(kind: type) -> Dict[str, str]:
+    return {**field_types(kind), **getattr(kind, "extra_keys", {})}
+
+
+class OverrideError(ValueError):
+    """A ``section.field=value`` override that names no field or gives an unreadable value."""
+
+
+def _check_key(kind: type, family: str, section: str, key: str, source: str = "", override: str = "") -> None:
+    """Refuse a key that ``kind`` does not read: renamed (naming the new key) or unknown;
+    ``source`` (a preset file) or ``override`` (the item) say where it was given."""
+    if key in _section_keys(kind):
+        return
+    error = OverrideError if override else ValueError
+    reason = refusal(family, section, key)
+    if reason is not None:
+        raise error(f"{source}{section}.{key} is {reason}" + (f" (given as override '{override}')" if override else ""))
+    where = f" in override '{override}'" if override else ""
+    raise error(f"{source}unknown {section} option {key!r}{where}; valid: {sorted(_section_keys(kind))}")
 
 
 def field_types(kind: type) -> Dict[str, str]:
@@ -384,33 +419,6 @@ def _type_name(kind: Any) -> str:
     return getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
 
 
-def parse_value(raw: str, kind: str, name: str) -> Any:
-    """``raw`` read as ``kind``: bool, int, float, str, ``Optional[...]`` of one of them
-    (``none`` / ``null`` / empty give None) or ``Tuple[int|str, ...]`` (comma separated)."""
-    kind = kind.replace(" ", "")
-    try:
-        if kind.startswith("Optional["):
-            if raw.lower() in ("none", "null", "~", ""):
-                return None
-            return parse_value(raw, kind[len("Optional["):-1], name)
-        if kind.startswith(("Tuple[", "tuple[")):
-            item_kind = kind[kind.index("[") + 1:].split(",")[0]
-            return tuple(parse_value(v.strip(), item_kind, name) for v in raw.split(",") if v.strip())
-        if kind == "bool":
-            lowered = raw.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        return raw
-    except ValueError:
-        raise ValueError(f"cannot read {name}={raw!r} as {kind}") from None
-
-
 __all__ = ["RunConfig", "DataOptions", "TrainOptions", "DecodeOptions", "load_run_config", "build_section",
+           "section_classes", "format_value",
            "parse_value", "family_config_classes", "FAMILIES", "SECTIONS", "CHANGEABLE_ON_RESUME", "PathLike"]

@@ -42,7 +42,7 @@ from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
 
 from asr.chunk_features import PerChunkFeatures
-from asr.config import DataOptions, PathLike
+from asr.config import DataOptions, PathLike, TrainOptions
 from asr.cut_filters import TrainingCutFilter, cut_text
 from asr.tokenizer import Tokenizer
 
@@ -265,12 +265,14 @@ class TrainData:
 
 def build_train_dataloader(
     options: DataOptions, tokenizer: Tokenizer, output_frames: Callable[[int], int], *,
-    world_size: int = 1, rank: int = 0
+    seed: int = TrainOptions.seed, world_size: int = 1, rank: int = 0
 ) -> TrainData:
-    """Training loader over ``options.train_cuts`` for one rank, filtered and augmented."""
+    """Training loader over ``options.train_cuts`` for one rank, filtered and augmented;
+    ``seed`` (asr.train passes ``train.seed``) orders the pieces and the batches and draws
+    the augmentation."""
     _check_rank(world_size, rank)
     cut_filter = TrainingCutFilter(tokenizer, output_frames, options.min_cut_duration, options.max_cut_duration)
-    cuts = load_cuts_lazy(options.train_cuts, "train_cuts", seed=options.seed).filter(cut_filter)
+    cuts = load_cuts_lazy(options.train_cuts, "train_cuts", seed=seed).filter(cut_filter)
     noise_cuts = None
     if options.enable_musan:
         musan_path = Path(options.musan_cuts)
@@ -287,7 +289,7 @@ def build_train_dataloader(
         musan_prob=options.musan_prob,
         musan_snr=(options.musan_snr_min, options.musan_snr_max),
         spec_augment=build_spec_augment(options) if options.enable_spec_aug else None,
-        seed=options.seed,
+        seed=seed,
         chunk_seconds=options.feature_chunk_seconds or 0,
     )
     sampler = DynamicBucketingSampler(
@@ -299,11 +301,11 @@ def build_train_dataloader(
         buffer_size=options.num_buckets * 5000,
         world_size=world_size,
         rank=rank,
-        seed=options.seed,
+        seed=seed,
     )
     # Estimating the bucket bins read (and filtered) the first cuts: count epochs only.
     cut_filter.reset()
-    loader = _map_style_loader(dataset, sampler, options)
+    loader = _map_style_loader(dataset, sampler, options.num_workers, seed)
     return TrainData(loader=loader, sampler=sampler, dataset=dataset, cut_filter=cut_filter)
 
 
@@ -360,7 +362,8 @@ def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: i
     )
     dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats, num_mel_bins=options.on_the_fly_num_mel_bins,
                          chunk_seconds=options.feature_chunk_seconds or 0)
-    return _map_style_loader(dataset, sampler, options)
+    # Nothing random happens in validation batches: the seed only names the worker seeds.
+    return _map_style_loader(dataset, sampler, options.num_workers, seed=0)
 
 
 def resumable_sampler_state(sampler: DynamicBucketingSampler, batches_consumed: int) -> Dict[str, Any]:
@@ -388,13 +391,14 @@ def restore_sampler_state(sampler: DynamicBucketingSampler, state: Mapping[str, 
     sampler.load_state_dict(copy.deepcopy(dict(state)))
 
 
-def _map_style_loader(dataset: AsrDataset, sampler: Union[DynamicBucketingSampler, DynamicCutSampler], options: DataOptions) -> DataLoader:
+def _map_style_loader(dataset: AsrDataset, sampler: Union[DynamicBucketingSampler, DynamicCutSampler],
+                      num_workers: int, seed: int) -> DataLoader:
     # batch_size=None: each sampler item is already a batch (a CutSet). The private
     # generator keeps iterator creation (worker seeds) off torch's global RNG, which a
     # resumed run restores from its checkpoint.
     return DataLoader(
-        dataset, sampler=sampler, batch_size=None, num_workers=options.num_workers,
-        generator=torch.Generator().manual_seed(options.seed),
+        dataset, sampler=sampler, batch_size=None, num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
     )
 
 

@@ -7,7 +7,7 @@
 
 The ``decode`` section of the run's configuration (:class:`asr.config.DecodeOptions`)
 chooses the weights as icefall's decoders do (``epoch`` or ``iter``, each a number or
-``last``; ``avg``; ``use_averaged_model``) and the search (``methods``, ``beam``,
+``last``; ``avg``; ``use_averaged_model``) and the search (``methods``, ``beam_size``,
 ``token_penalty``); the model and lexicon come from the configuration saved in the
 chosen checkpoint. With ``--config`` the preset and its overrides give the decode
 section; without it, the checkpoint's saved configuration does. The icefall-style flags
@@ -53,7 +53,7 @@ from asr.weights import build_trained_model, choose_weights, explicit_choice, lo
 FLAG_OVERRIDES = {
     "exp_dir": "train.exp_dir", "lang_dir": "train.lang_dir", "num_workers": "data.num_workers",
     "epoch": "decode.epoch", "iter": "decode.iter", "avg": "decode.avg",
-    "use_averaged_model": "decode.use_averaged_model", "method": "decode.methods", "beam": "decode.beam",
+    "use_averaged_model": "decode.use_averaged_model", "method": "decode.methods", "beam_size": "decode.beam_size",
     "token_penalty": "decode.token_penalty", "test_cuts": "decode.test_cuts",
     "max_duration": "decode.max_duration", "compute_cer": "decode.compute_cer",
     "text_normalization": "decode.text_normalization", "device": "decode.device",
@@ -155,7 +155,7 @@ def decode_test_set(
     decoding setting -> real-time factor (seconds of computation per second of audio;
     the CTC searches share the time of the model's one forward pass per batch)."""
     settings = decoding_settings(options)
-    search = SearchSettings(tokenizer.blank_id, options.beam, options.token_penalty)
+    search = SearchSettings(tokenizer.blank_id, options.beam_size, options.token_penalty)
     results: Dict[str, List[Result]] = {key: [] for _, _, key in settings}
     busy = {key: 0.0 for _, _, key in settings}
     largest_cache: Dict[str, int] = {}
@@ -202,7 +202,7 @@ def decoding_settings(options: DecodeOptions) -> List[Tuple[DecodeMethod, Option
     for name in options.methods:
         method = method_of(name)
         for history in (options.history_seconds if method.per_history else (None,)):
-            settings.append((method, history, method.key(options.beam, options.token_penalty, history)))
+            settings.append((method, history, method.key(options.beam_size, options.token_penalty, history)))
     return settings
 
 
@@ -232,7 +232,7 @@ def choose_device(option: str) -> torch.device:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Decode test sets with a trained CTC model.",
-        epilog="Overrides: section.field=value, e.g. decode.epoch=last decode.avg=15 decode.beam=8. "
+        epilog="Overrides: section.field=value, e.g. decode.epoch=last decode.avg=15 decode.beam_size=8. "
                "Each flag below is one of them under icefall's name (no defaults of its own: "
                "asr.config.DecodeOptions holds them).")
     parser.add_argument("--config", type=Path, default=None, help="the training preset (else: the checkpoint's)")
@@ -243,7 +243,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--avg", help="decode.avg")
     parser.add_argument("--use-averaged-model", help="decode.use_averaged_model (true/false)")
     parser.add_argument("--method", nargs="+", help="decode.methods")
-    parser.add_argument("--beam", help="decode.beam")
+    parser.add_argument("--beam-size", help="decode.beam_size")
     parser.add_argument("--token-penalty", help="decode.token_penalty")
     parser.add_argument("--test-cuts", help="decode.test_cuts: comma-separated manifests or NAME=PATH items")
     parser.add_argument("--lang-dir", help="train.lang_dir")

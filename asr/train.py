@@ -138,7 +138,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     trainee = build_trainee(config, dist.device, tokenizer.vocab_size, tokenizer.blank_id, dist.world_size,
                             dist.local_rank)
     model, scheduler = trainee.model, trainee.scheduler
-    train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist)
+    train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist, config.train.seed)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
     # The running average (float64, on the CPU) of the model; the optimizer and schedule are the family's.
@@ -211,16 +211,17 @@ class NoTrainingBatches(RuntimeError):
 
 
 def build_train_data(options: DataOptions, tokenizer: Tokenizer, output_frames: Callable[[int], int],
-                     dist: Distributed) -> TrainData:
+                     dist: Distributed, seed: int) -> TrainData:
     """The training loader of this rank; NoTrainingBatches if the filters leave fewer cuts
     than the sampler's buckets (Lhotse's bucket estimate asserts on that)."""
     try:
-        return build_train_dataloader(options, tokenizer, output_frames, world_size=dist.world_size, rank=dist.rank)
+        return build_train_dataloader(options, tokenizer, output_frames, seed=seed, world_size=dist.world_size,
+                                      rank=dist.rank)
     except AssertionError as error:
         if "number of buckets" not in str(error):
             raise
         cut_filter = TrainingCutFilter(tokenizer, output_frames, options.min_cut_duration, options.max_cut_duration)
-        for _ in load_cuts_lazy(options.train_cuts, "train_cuts", seed=options.seed).filter(cut_filter):
+        for _ in load_cuts_lazy(options.train_cuts, "train_cuts", seed=seed).filter(cut_filter):
             pass
         raise NoTrainingBatches(no_batches_message(options, cut_filter.summary(), dist.world_size)) from error
 

@@ -105,7 +105,8 @@ def nurse_grad_scale(scaler: torch.amp.GradScaler, batch_idx_train: int) -> None
 
     The scaler only grows every 2000 good steps by itself; like icefall, double a small
     scale sooner (below 2 every 25 batches, below 8 every 100, below 32 every 400).
-    Below 1e-5 training has diverged: lower ``train.base_lr`` (icefall's advice).
+    Below 1e-5 training has diverged: lower the peak learning rate (icefall's advice):
+    ``optim.base_lr`` of the zipformer family, ``optim.lr`` of llm_ctc.
     """
     if not scaler.is_enabled():
         return
@@ -121,7 +122,8 @@ def nurse_grad_scale(scaler: torch.amp.GradScaler, batch_idx_train: int) -> None
     if scale < 1e-5:
         raise RuntimeError(
             f"fp16 grad scale collapsed to {scale:.2e} at batch {batch_idx_train}: training diverged; "
-            f"lower train.base_lr (e.g. by 0.005) or use train.precision=bf16"
+            f"lower the peak learning rate (optim.base_lr of the zipformer family, e.g. by 0.005; optim.lr of "
+            f"llm_ctc) or use train.precision=bf16"
         )
 
 

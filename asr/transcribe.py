@@ -31,7 +31,7 @@ from asr.threads import choose_threads, describe as describe_threads
 from asr.weights import explicit_choice, load_trained_model, saved_run_config
 
 FLAG_OVERRIDES = {"epoch": "decode.epoch", "iter": "decode.iter", "avg": "decode.avg",
-                  "use_averaged_model": "decode.use_averaged_model", "beam_size": "decode.beam",
+                  "use_averaged_model": "decode.use_averaged_model", "beam_size": "decode.beam_size",
                   "token_penalty": "decode.token_penalty", "history_seconds": "decode.history_seconds"}
 
 
@@ -56,7 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, str]:
         audio = {path: read_audio(path, "audio file") for path in args.audio}
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
-    search = SearchSettings(tokenizer.blank_id, config.decode.beam, config.decode.token_penalty)
+    search = SearchSettings(tokenizer.blank_id, config.decode.beam_size, config.decode.token_penalty)
     history = config.decode.history_seconds[0] if method.per_history else None
     texts = {}
     for path, samples in audio.items():
@@ -87,7 +87,7 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Transcribe audio files with a trained model.",
-                                     epilog="Overrides: section.field=value, e.g. decode.beam=8.")
+                                     epilog="Overrides: section.field=value, e.g. decode.beam_size=8.")
     parser.add_argument("audio", nargs="+", type=Path, help="audio files (WAV, FLAC, OGG; any rate, any channels)")
     parser.add_argument("--exp-dir", help="the training run's folder (train.exp_dir)")
     parser.add_argument("--config", type=Path, help="a preset whose train.exp_dir and decode section to use")
@@ -96,7 +96,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--avg", help="decode.avg")
     parser.add_argument("--use-averaged-model", help="decode.use_averaged_model (true/false)")
     parser.add_argument("--method", help="a decode method the model supports (asr/decode_methods.py)")
-    parser.add_argument("--beam-size", help="decode.beam: prefixes of ctc-prefix-beam-search, hypotheses of "
+    parser.add_argument("--beam-size", help="decode.beam_size: prefixes of ctc-prefix-beam-search, hypotheses of "
                                             "llm-beam-search")
     parser.add_argument("--token-penalty", help="decode.token_penalty")
     parser.add_argument("--history-seconds", help="decode.history_seconds (streaming methods)")

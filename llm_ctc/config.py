@@ -1,9 +1,12 @@
-"""The configuration of an LLM-based recognizer (LLM-CTC or the LLM-CE baseline).
+"""The configuration of an LLM-based recognizer (LLM-CTC or the LLM-CE baseline): the
+``model`` section (:class:`LLMASRConfig`) and the ``optim`` section (:class:`AdamWOptions`)
+of an ``llm_ctc`` run.
 
-Plain fields only (no lhotse, no transformers): the config says how to rebuild every
-part. Frozen parts are named by path or hub name (the LLM, its tokenizer, the speech
-encoder); a checkpoint then only needs the trainable parameters (LoRA, projector,
-query vector, blank offset). Defaults are the paper's (App. D.2).
+Plain fields only (standard library: reading a preset must not import torch or
+transformers): the config says how to rebuild every part. Frozen parts are named by path
+or hub name (the LLM, its tokenizer, the speech encoder); a checkpoint then only needs
+the trainable parameters (LoRA, projector, query vector, blank offset). Defaults are the
+paper's (App. D.2, Table 8).
 """
 
 from __future__ import annotations
@@ -67,23 +70,22 @@ class LLMASRConfig:
     query_std: float = 0.02
     blank_id: Optional[int] = None
     blank_cosine_threshold: float = 0.999
-    # Pruned CTC's vocabulary chunk and alignment beam (paper Sec. 3.2-3.3); None takes
-    # pruned_ctc's defaults, beam=inf keeps every alignment.
+    # Pruned CTC's vocabulary chunk and alignment pruning beam (paper Sec. 3.2-3.3, App. B.3);
+    # None takes pruned_ctc's defaults, alignment_beam=inf keeps every alignment.
     chunk_size: Optional[int] = None
-    beam: Optional[float] = None
+    alignment_beam: Optional[float] = None
     # LoRA (peft) on the LLM backbone; rank 0 turns LoRA off.
     lora_rank: int = 64
     lora_alpha: float = 64.0
     lora_dropout: float = 0.05
     lora_targets: Tuple[str, ...] = LORA_TARGETS
-    # LLM-CE (Sec. 4.1, eq. 10; App. D.2 decoding).
+    # LLM-CE (Sec. 4.1, eq. 10; App. D.2 decoding: the beam is decode.beam_size).
     ce_user_text: str = "Transcribe the speech."
     eos_id: Optional[int] = None  # None: the tokenizer's EOS
     max_new_tokens: int = 200
     # Greedy decoding (LLM-CTC's frames, LLM-CE's steps): find the float32 head's argmax
     # through a BF16 product first (the same ids; llm_ctc/head_argmax.py).
     screened_argmax: bool = False
-    ce_beam: int = 4
     length_penalty: float = 1.0
     # Streaming LLM-CTC (Sec. 4.3, App. D.4; query readout only): chunks of
     # ``streaming_chunk_seconds``, all trained in parallel under the bounded-history mask
@@ -113,7 +115,7 @@ class LLMASRConfig:
         if self.encoder_checkpoint_entry not in ("model", "model_avg"):
             raise ValueError("model.encoder_checkpoint_entry must be 'model' or 'model_avg', got "
                              f"{self.encoder_checkpoint_entry!r}")
-        for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens", "ce_beam"):
+        for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if self.lora_rank < 0:
@@ -133,16 +135,16 @@ class LLMASRConfig:
         for name in ("streaming_chunk_seconds", "streaming_max_history"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1 (whole seconds), got {getattr(self, name)}")
-        if self.beam is not None and not self.beam > 0:
-            raise ValueError(f"model.beam must be > 0 or None, got {self.beam}")
+        if self.alignment_beam is not None and not self.alignment_beam > 0:
+            raise ValueError(f"model.alignment_beam must be > 0 or None, got {self.alignment_beam}")
 
     def pruning_options(self) -> Dict[str, Any]:
         """chunk_size and beam for ``pruned_ctc_loss``: unset ones keep its defaults."""
         options: Dict[str, Any] = {}
         if self.chunk_size is not None:
             options["chunk_size"] = self.chunk_size
-        if self.beam is not None:
-            options["beam"] = None if math.isinf(self.beam) else self.beam
+        if self.alignment_beam is not None:
+            options["beam"] = None if math.isinf(self.alignment_beam) else self.alignment_beam
         return options
 
     @property
@@ -161,11 +163,58 @@ class LLMASRConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "LLMASRConfig":
+        """A config from a mapping, e.g. the model section saved in a checkpoint (keys renamed
+        since are translated: asr.renamed_keys)."""
+        from asr.renamed_keys import translate_saved_model
+
+        values = translate_saved_model("llm_ctc", values)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown LLM model option(s) {unknown}; valid: {sorted(known)}")
-        return cls(**dict(values))
+        return cls(**values)
 
 
-__all__ = ["LLMASRConfig", "OBJECTIVES", "READOUTS", "ENCODER_TYPES", "PROJECTOR_TYPES", "LORA_TARGETS"]
+@dataclass
+class AdamWOptions:
+    """The ``optim`` section: AdamW with linear warm-up and cosine decay (:mod:`llm_ctc.optim`).
+
+    Defaults are the paper's shared LLM-based ASR settings (App. D.2, Table 8): peak lr
+    1e-4, weight decay 0.1, moments 0.9/0.95, eps 1e-6, 200 linear warm-up updates, cosine
+    decay to a floor of 5% of the peak, clip norm 5.
+    """
+
+    lr: float = 1e-4  # peak learning rate
+    weight_decay: float = 0.1  # on matrices only (SpeechLLM.parameter_groups)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-6
+    warmup_batches: int = 200  # linear warm-up, in optimizer updates
+    # Updates after which the cosine reaches the floor (the paper gives no length: a
+    # recipe sets it to its number of updates); the rate stays at the floor afterwards.
+    decay_batches: int = 20000
+    final_lr_fraction: float = 0.05  # the floor, as a fraction of the peak
+    clip_norm: float = 5.0  # total gradient norm; 0 turns clipping off
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "eps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"optim.{name} must be > 0, got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise ValueError(f"optim.weight_decay must be >= 0, got {self.weight_decay}")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"optim.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.warmup_batches < 0:
+            raise ValueError(f"optim.warmup_batches must be >= 0, got {self.warmup_batches}")
+        if self.decay_batches <= self.warmup_batches:
+            raise ValueError(f"optim.decay_batches ({self.decay_batches}) must exceed optim.warmup_batches "
+                             f"({self.warmup_batches})")
+        if not 0.0 <= self.final_lr_fraction <= 1.0:
+            raise ValueError(f"optim.final_lr_fraction must be in [0, 1], got {self.final_lr_fraction}")
+        if self.clip_norm < 0:
+            raise ValueError(f"optim.clip_norm must be >= 0 (0: no clipping), got {self.clip_norm}")
+
+
+__all__ = ["LLMASRConfig", "AdamWOptions", "OBJECTIVES", "READOUTS", "ENCODER_TYPES", "PROJECTOR_TYPES",
+           "LORA_TARGETS"]

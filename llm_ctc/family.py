@@ -1,7 +1,7 @@
 """The LLM-CTC / LLM-CE family (:class:`asr.family.Family`): the LLM's own tokenizer as
 the lexicon, the model from its ``model`` section (:class:`llm_ctc.config.LLMASRConfig`,
 built by :func:`llm_ctc.build.build_model`), and AdamW with warm-up, cosine decay and
-clipping from its ``optim`` section (:class:`llm_ctc.options.AdamWOptions`).
+clipping from its ``optim`` section (:class:`llm_ctc.config.AdamWOptions`).
 
 The models keep the toolkit's contract themselves (:class:`llm_ctc.base.SpeechLLM`):
 their checkpoints hold only the trainable parameters; the frozen encoder, LLM and head
@@ -17,9 +17,8 @@ from torch import nn
 
 from asr.family import Family
 from llm_ctc.base import SpeechLLM
-from llm_ctc.config import LLMASRConfig
+from llm_ctc.config import AdamWOptions, LLMASRConfig
 from llm_ctc.optim import ClippedAdamW, WarmupCosine
-from llm_ctc.options import AdamWOptions
 from llm_ctc.tokenizer import LLMTokenizer
 
 

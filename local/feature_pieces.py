@@ -2,10 +2,13 @@
 manifest into pieces of ``chunk_size`` cuts, then compute the features of a range of
 pieces. Finished pieces are skipped, so the work resumes after an interruption, and
 several processes can share it by taking disjoint ranges (``--start``/``--stop``).
+Before training, ``check`` says whether every piece has its features (here, or the
+features of another stage in another folder, under the same names).
 
     python -m local.feature_pieces split data/fbank/gigaspeech_cuts_XL_raw.jsonl.gz \\
         data/fbank/gigaspeech_XL_split --chunk-size 50
     python -m local.feature_pieces compute data/fbank/gigaspeech_XL_split --start 0 --stop 100
+    python -m local.feature_pieces check data/fbank/gigaspeech_XL_split --finish "stages 5 and 6"
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from lhotse import load_manifest, load_manifest_lazy
 
@@ -68,27 +71,56 @@ def piece_outputs(raw_piece: Path):
     )
 
 
+def pieces_without_features(split_dir: Path, features_dir: Optional[Path] = None) -> List[Path]:
+    """The raw pieces of a finished split whose cuts with features are missing: beside
+    them, or in ``features_dir`` under the same names (e.g. 128-bin features)."""
+    split_dir = Path(split_dir)
+    if not (split_dir / DONE_MARK).is_file():
+        raise FileNotFoundError(f"{split_dir}: not split (no {DONE_MARK})")
+    folder = None if features_dir is None else Path(features_dir)
+    return [piece for piece in raw_pieces(split_dir)
+            if not (piece_outputs(piece)[0] if folder is None else folder / piece_outputs(piece)[0].name).is_file()]
+
+
 def compute_pieces(split_dir: Path, start: int = 0, stop: int = None, num_jobs: int = 1) -> List[Path]:
     """Computes features of pieces ``start <= index < stop`` (all when stop is None),
-    trimmed to supervisions; returns the cut manifests of that range."""
+    trimmed to supervisions, skipping finished pieces unread; returns the cut manifests
+    of that range."""
     pieces = raw_pieces(split_dir)
     if not (Path(split_dir) / DONE_MARK).is_file() or not pieces:
         raise FileNotFoundError(f"{split_dir} holds no finished split (run the split stage first)")
     stop = len(pieces) if stop is None or stop < 0 else min(stop, len(pieces))
     if not 0 <= start < stop:
         raise ValueError(f"--start {start} --stop {stop}: expected 0 <= start < stop <= {len(pieces)}")
-    outputs, began = [], time.time()
-    for done, piece in enumerate(pieces[start:stop], 1):
-        output_cuts, storage = piece_outputs(piece)
-        compute_fbank(load_manifest(piece), output_cuts, storage, num_jobs, trim_to_supervisions=True)
-        outputs.append(output_cuts)
+    todo = [index for index in range(start, stop) if not piece_outputs(pieces[index])[0].is_file()]
+    if not todo:
+        logging.info(f"fbank of pieces [{start}, {stop}): all done, skipping")
+    began = time.time()
+    for done, index in enumerate(todo, 1):
+        output_cuts, storage = piece_outputs(pieces[index])
+        compute_fbank(load_manifest(pieces[index]), output_cuts, storage, num_jobs, trim_to_supervisions=True)
         elapsed = time.time() - began
-        remaining = (stop - start - done) * elapsed / done
+        remaining = (len(todo) - done) * elapsed / done
         logging.info(
-            f"piece {start + done}/{stop} ({done} of {stop - start} in this range) done; "
+            f"piece {index + 1}/{stop} ({done} of the {len(todo)} unfinished in this range) done; "
             f"{elapsed:.0f} s elapsed, about {remaining:.0f} s to go"
         )
-    return outputs
+    return [piece_outputs(piece)[0] for piece in pieces[start:stop]]
+
+
+def check_pieces(split_dir: Path, features_dir: Optional[Path] = None, finish: str = "the feature stages") -> str:
+    """A line saying that every piece has its features; ValueError naming how many lack
+    them (or that the split is missing) and ``finish``, the stages that make them."""
+    where = "" if features_dir is None else f" in {features_dir}"
+    try:
+        missing = pieces_without_features(split_dir, features_dir)
+    except FileNotFoundError as error:
+        raise ValueError(f"{error}: finish {finish} first") from None
+    total = len(raw_pieces(split_dir))
+    if missing or not total:
+        raise ValueError(f"{len(missing)} of {total} piece(s) of {split_dir} without features{where}: "
+                         f"finish {finish} first")
+    return f"all {total} pieces of {split_dir} have features{where}"
 
 
 def main(argv: Sequence[str] = None) -> None:
@@ -103,13 +135,20 @@ def main(argv: Sequence[str] = None) -> None:
     compute.add_argument("--start", type=int, default=0, help="first piece index")
     compute.add_argument("--stop", type=int, default=-1, help="one past the last piece index (-1: all)")
     compute.add_argument("--num-jobs", type=int, default=1)
+    check = commands.add_parser("check")
+    check.add_argument("split_dir", type=Path)
+    check.add_argument("--features-dir", type=Path, default=None,
+                       help="where the pieces' features are (default: beside the raw pieces)")
+    check.add_argument("--finish", default="the feature stages", help="what makes them, for the error message")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         if args.command == "split":
             split_into_pieces(args.raw_cuts, args.split_dir, args.chunk_size)
-        else:
+        elif args.command == "compute":
             compute_pieces(args.split_dir, args.start, args.stop, args.num_jobs)
+        else:
+            logging.info(check_pieces(args.split_dir, args.features_dir, args.finish))
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"ERROR: {error}")
 

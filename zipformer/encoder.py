@@ -181,8 +181,8 @@ class ZipformerEncoder(nn.Module):
                 config.num_heads[i], config.query_head_dim, config.pos_head_dim,
                 config.value_head_dim, config.feedforward_dim[i], config.cnn_module_kernel[i],
                 dropout,
-                warmup_begin=config.warmup_batches * (i + 1) / (num_stacks + 1),
-                warmup_end=config.warmup_batches * (i + 2) / (num_stacks + 1),
+                warmup_begin=config.layer_warmup_batches * (i + 1) / (num_stacks + 1),
+                warmup_end=config.layer_warmup_batches * (i + 2) / (num_stacks + 1),
                 final_layerdrop_rate=0.035 * factor ** 0.5)
             stacks.append(stack if factor == 1 else
                           DownsampledStack(stack, config.encoder_dim[i], factor))

@@ -73,8 +73,8 @@ class CTCModel(Recognizer):
         options = {}
         if self.config.chunk_size is not None:
             options["chunk_size"] = self.config.chunk_size
-        if self.config.beam is not None:
-            options["beam"] = None if math.isinf(self.config.beam) else self.config.beam
+        if self.config.alignment_beam is not None:
+            options["beam"] = None if math.isinf(self.config.alignment_beam) else self.config.alignment_beam
         return options
 
     def output_lengths(self, num_frames):

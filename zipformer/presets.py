@@ -1,16 +1,17 @@
 """Model configuration: one dataclass, named presets, YAML files and command-line overrides.
 
 Presets S, M and L are the icefall LibriSpeech sizes (icefall egs/librispeech/ASR/RESULTS.md); M is
-also the recipe default (icefall egs/librispeech/ASR/zipformer/train.py). ``mini`` (3.4 M parameters) is for the CPU mini recipe and ``tiny``
-for unit tests. A recipe's ``conf/*.yaml`` may hold a ``model:`` section (or be flat)::
+also the default (icefall egs/librispeech/ASR/zipformer/train.py). ``mini`` (3.4 M parameters) is for
+the CPU mini recipe and ``tiny`` for unit tests. A recipe's ``conf/*.yaml`` names one in its
+``model:`` section, with the fields that differ from it (:mod:`asr.config`; the vocabulary size
+comes from the lexicon of ``train.lang_dir``, not from the preset)::
 
     model:
-      preset: M
-      vocab_size: 500
-      loss: pruned
+      preset: S
+      loss: standard
 
-and every field can then be overridden with ``key=value`` strings, e.g.
-``encoder_dim=192,256,256,256,256,256`` (lists are comma separated).
+and every field can then be overridden as ``model.key=value``, e.g.
+``model.encoder_dim=192,256,256,256,256,256`` (lists are comma separated).
 """
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ class ZipformerConfig:
     pos_head_dim: int = 4
     pos_dim: int = 48
     output_downsampling_factor: int = 2
-    warmup_batches: float = 4000.0
+    # The layers' warm-up (icefall zipformer.py's warmup_batches): the stacks' layer-skip rates
+    # fall over this many schedule units (asr.config.TrainOptions.schedule_ref_duration), not
+    # optimizer updates; the learning-rate warm-up is optim.warmup_batches.
+    layer_warmup_batches: float = 4000.0
     # Multiplies every stochastic regularizer of the encoder (dropouts, module and layer
     # skipping, feature masks; icefall zipformer.py): 1 keeps icefall's schedules, 0 turns them all
     # off (short CPU runs of small models underfit, so regularization only slows them).
@@ -58,10 +62,10 @@ class ZipformerConfig:
     blank_id: int = 0
     head_dropout: float = 0.1
     loss: str = "pruned"
-    # Pruned CTC's vocabulary chunk and alignment beam (paper Sec. 3.2-3.3); None takes
-    # pruned_ctc's defaults, beam=inf keeps every alignment.
+    # Pruned CTC's vocabulary chunk and alignment pruning beam (paper Sec. 3.2-3.3, App. B.3);
+    # None takes pruned_ctc's defaults, alignment_beam=inf keeps every alignment.
     chunk_size: Optional[int] = None
-    beam: Optional[float] = None
+    alignment_beam: Optional[float] = None
 
     # A preset name is accepted where a model section is read (asr.config.build_section).
     extra_keys: ClassVar[Dict[str, str]] = {"preset": "str"}
@@ -205,8 +209,12 @@ def get_preset(name: str, **overrides: Any) -> ZipformerConfig:
 
 
 def config_from_dict(values: Mapping[str, Any]) -> ZipformerConfig:
-    """Build a config from a mapping; an optional ``preset`` key names the starting point."""
-    values = dict(values)
+    """Build a config from a mapping, e.g. the model section saved in a checkpoint (keys
+    renamed since are translated: asr.renamed_keys); an optional ``preset`` key names the
+    starting point."""
+    from asr.renamed_keys import translate_saved_model
+
+    values = translate_saved_model("zipformer", values)
     preset = values.pop("preset", None)
     if preset is not None:
         if preset not in PRESETS:

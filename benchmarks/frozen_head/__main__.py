@@ -131,7 +131,7 @@ def full_step_single(method: str, args) -> dict:
     """One method's full LLM-CTC training steps in this process."""
     from benchmarks.llm_support import batch_of, build_model, synthesized_utterances
     from llm_ctc.family import build_optimizer
-    from llm_ctc.options import AdamWOptions
+    from llm_ctc.config import AdamWOptions
 
     torch.manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as scratch:

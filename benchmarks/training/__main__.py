@@ -155,7 +155,7 @@ def preset_summary(args: argparse.Namespace) -> str:
     model, data, train = config.model, config.data, config.train
     return (f"model: encoder_dim {list(model.encoder_dim)}, layers {list(model.num_encoder_layers)}, "
             f"subsampling_channels {list(model.subsampling_channels)}, chunk_size {model.chunk_size}, "
-            f"beam {model.beam}; data.max_duration {data.max_duration:g} s; train.precision "
+            f"alignment_beam {model.alignment_beam}; data.max_duration {data.max_duration:g} s; train.precision "
             f"{train.precision}, optim.base_lr {config.optim.base_lr}, schedule_ref_duration {train.schedule_ref_duration:g}")
 
 

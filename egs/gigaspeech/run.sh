@@ -9,8 +9,9 @@
 #   ./run.sh --stage 20 --stop-stage 25 --num-gpus 8 --llm Qwen/Qwen3-8B --llm-encoder spear \
 #     --llm-encoder-path download/spear-xlarge-speech-audio-v2-icefall   # Table 3's SPEAR-Qwen3-8B
 #   ./run.sh --stage 30 --stop-stage 34 --table5-model Qwen/Qwen3-ASR-1.7B   # Table 5, one column
-# LLM settings live in conf/llm_<ctc|ce>_<spear|zipformer|qwen3_asr>.yaml (--llm-args,
-# --llm-decode-args override them as --train-args does for stages 10-13).
+# LLM settings live in conf/llm_<ctc|ce>_<spear|zipformer|qwen3_asr>.yaml (over conf/llm_base.yaml
+# and conf/llm_<ctc|ce>_base.yaml), those of a Qwen3 size in conf/llm_<ctc|ce>_<14b|32b>.yaml
+# (--llm-args, --llm-decode-args override them as --train-args does for stages 10-13).
 # Hyper-parameters live in conf/train.yaml (override: --train-args "data.max_duration=700").
 # Scoring applies GigaSpeech's official normalization (fillers, tags) to both sides.
 # Stage 6 (features of the training subset, in pieces) can run in several terminals
@@ -34,7 +35,7 @@ llm=Qwen/Qwen3-8B              # stages 22-25: any Qwen3 (0.6B-32B) hub name, or
 llm_encoder=spear              # spear (Table 3), zipformer (stage 10's model) or qwen3_asr
 llm_encoder_path=""            # default: the conf's model.encoder_path (zipformer: stage 21's file)
 llm_args=""                    # section.field=value overrides of the LLM training, e.g. "data.max_duration=100"
-llm_decode_args=""             # and of its decoding, e.g. "decode.beam=8"
+llm_decode_args=""             # and of its decoding, e.g. "decode.beam_size=8"
 table5_model=Qwen/Qwen3-ASR-0.6B  # stages 30-34: hub name or folder of a Qwen3-ASR checkpoint
 table5_fbank_dir=data/fbank128    # its 128-bin features (stage 20)
 table5_projector_hidden=""     # default: the encoder width of 0.6B (896) or 1.7B (1024) from the name
@@ -87,18 +88,7 @@ if run_stage 5 "split $train_subset into pieces of $xl_chunk_size recordings"; t
 fi
 
 if run_stage 6 "fbank of the $train_subset pieces [$start, $stop)"; then
-  pieces=("$split_dir"/gigaspeech_cuts_"${train_subset}"_raw.*.jsonl.gz)
-  last=$stop
-  if [ "$last" -lt 0 ] || [ "$last" -gt ${#pieces[@]} ]; then last=${#pieces[@]}; fi
-  pending=0
-  for ((index = start; index < last; index++)); do
-    [ -f "${pieces[$index]/_raw./.}" ] || pending=$((pending + 1))
-  done
-  if [ $pending -eq 0 ] && [ -f "$split_dir/.split.done" ]; then
-    log "fbank of pieces [$start, $last): all done, skipping"
-  else
-    python -m local.feature_pieces compute "$split_dir" --start "$start" --stop "$stop" --num-jobs "$nj"
-  fi
+  python -m local.feature_pieces compute "$split_dir" --start "$start" --stop "$stop" --num-jobs "$nj"
 fi
 
 if run_stage 7 "MUSAN fbank"; then
@@ -125,13 +115,7 @@ fi
 
 if run_stage 10 "train Zipformer with Pruned CTC ($train_config) into $exp_dir"; then
   # Every piece needs its features (stage 6), else training would see part of the corpus.
-  missing=0
-  for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
-    [ -f "${raw/_raw./.}" ] || missing=$((missing + 1))
-  done
-  if [ ! -f "$split_dir/.split.done" ] || [ $missing -gt 0 ]; then
-    die "$split_dir: not split, or $missing piece(s) without features: finish stages 5 and 6 first"
-  fi
+  python -m local.feature_pieces check "$split_dir" --finish "stages 5 and 6"
   train_model
 fi
 
@@ -185,11 +169,10 @@ if run_stage 21 "the Zipformer of $zipformer_exp as a frozen speech encoder ($zi
 fi
 
 # llm_settings OBJECTIVE: train_config, exp_dir and the settings of LLM-<OBJECTIVE> with
-# --llm on --llm-encoder. Qwen3 sizes change a few settings (App. D.3): activation
-# checkpointing for 14B (LLM-CTC) and 32B, peak lr 5e-5 for 32B, and LLM-CE's 100 s
-# microbatches for 14B and 32B, two accumulated per update (GA 2: 1,600 s per update on 8 GPUs).
+# --llm on --llm-encoder, and those of the Qwen3 size in the --llm name (App. D.3: activation
+# checkpointing, peak lr, microbatch and accumulation; conf/llm_<ctc|ce>_<size>.yaml).
 llm_settings() {
-  local objective=$1 name settings=()
+  local objective=$1 name settings=() size_line size_settings=()
   name=$(basename "$llm" | tr '[:upper:]' '[:lower:]')
   train_config=conf/llm_${objective}_${llm_encoder}.yaml
   exp_dir=exp/llm_${objective}_${llm_encoder}_${name}
@@ -202,14 +185,12 @@ llm_settings() {
   elif [ "$llm_encoder" = zipformer ]; then
     settings+=(model.encoder_path="$zipformer_exp/decoding.pt")
   fi
-  case "$name" in
-    *-14b*)
-      if [ "$objective" = ctc ]; then settings+=(model.activation_checkpointing=true); else settings+=(data.max_duration=100 train.accum_grad=2); fi ;;
-    *-32b*)
-      settings+=(model.activation_checkpointing=true optim.lr=0.00005)
-      [ "$objective" = ce ] && settings+=(data.max_duration=100 train.accum_grad=2) ;;
-  esac
-  [ ${#settings[@]} -gt 4 ] && log "settings for $name (App. D.3): ${settings[*]:4}"
+  size_line=$(python -m local.llm_size_settings "$train_config" "$llm")
+  read -r -a size_settings <<< "$size_line"
+  if [ ${#size_settings[@]} -gt 0 ]; then
+    log "settings for $name (App. D.3): ${size_settings[*]}"
+    settings+=("${size_settings[@]}")
+  fi
   train_args=$llm_args
   decode_args=$llm_decode_args
   training_settings "${settings[@]}"
@@ -224,11 +205,10 @@ llm_test_sets() {
 
 # require_llm_features: every training piece has the features the encoder reads.
 require_llm_features() {
-  local raw missing=0
-  for raw in "$split_dir"/gigaspeech_cuts_"$train_subset"_raw.*.jsonl.gz; do
-    [ -f "$llm_fbank_dir/gigaspeech_${train_subset}_split/$(basename "${raw/_raw./.}")" ] || missing=$((missing + 1))
-  done
-  [ $missing -eq 0 ] || die "$missing $train_subset piece(s) without features in $llm_fbank_dir: finish stage $([ "$llm_fbank_dir" = "$fbank_dir" ] && echo 6 || echo 20) first"
+  local stage_of_features=20
+  [ "$llm_fbank_dir" = "$fbank_dir" ] && stage_of_features=6
+  python -m local.feature_pieces check "$split_dir" --features-dir "$llm_fbank_dir/gigaspeech_${train_subset}_split" \
+    --finish "stages 5 and $stage_of_features"
 }
 
 for objective in ctc ce; do

@@ -128,7 +128,7 @@ train_bpe_models() {
 training_options=(train_config train_args decode_args exp_dir num_gpus num_nodes node_rank rdzv_endpoint rdzv_id)
 train_config=conf/train.yaml   # the preset read by asr.train and asr.decode
 train_args=""                  # extra overrides, e.g. "data.max_duration=700 optim.base_lr=0.04"
-decode_args=""                 # extra overrides, e.g. "decode.avg=10 decode.beam=8"
+decode_args=""                 # extra overrides, e.g. "decode.avg=10 decode.beam_size=8"
 exp_dir=exp/zipformer_pruned_ctc
 num_gpus=1                     # processes per node (torchrun when > 1); 0: one CPU process
 num_nodes=1                    # > 1: also give --node-rank and --rdzv-endpoint HOST:PORT on every node

@@ -179,7 +179,7 @@ def test_missing_test_manifest_and_bad_options_are_named(exp_dir: Path, tmp_path
     with pytest.raises(SystemExit, match="experiment folder not found"):
         decode(tmp_path / "no-exp", tmp_path / "x.jsonl.gz")
     with pytest.raises(SystemExit):
-        decode(exp_dir, tmp_path / "x.jsonl.gz", "--beam", "0")
+        decode(exp_dir, tmp_path / "x.jsonl.gz", "--beam-size", "0")
 
 
 def test_rerun_with_a_token_penalty_decodes_nothing_the_second_time(exp_dir: Path, corpus, capsys) -> None:

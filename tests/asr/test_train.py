@@ -90,9 +90,9 @@ def test_an_epoch_without_batches_is_an_error_naming_the_cause(
 
 def test_overrides_are_typed_and_checked() -> None:
     config = load_run_config(None, ["model.preset=tiny", "data.shuffle=false", "optim.base_lr=0.04",
-                                    "decode.methods=ctc-greedy-search", "decode.epoch=last", "model.beam=inf"])
+                                    "decode.methods=ctc-greedy-search", "decode.epoch=last", "model.alignment_beam=inf"])
     assert config.data.shuffle is False and config.optim.base_lr == 0.04
-    assert config.decode.methods == ("ctc-greedy-search",) and config.model.beam == float("inf")
+    assert config.decode.methods == ("ctc-greedy-search",) and config.model.alignment_beam == float("inf")
     with pytest.raises(ValueError, match="decode.methods: unknown method 'ctc-beam'"):
         load_run_config(None, ["decode.methods=ctc-beam"])
     with pytest.raises(ValueError, match="decode.epoch must be a positive number or 'last'"):

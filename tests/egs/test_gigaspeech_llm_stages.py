@@ -150,11 +150,13 @@ def test_training_keeps_the_papers_settings_and_the_recipes_parts(recipe, tiny_q
     # App. D.2: MUSAN, mixed into the 128-bin features at 128 bins (stage 20).
     assert (config["data"]["enable_musan"], config["data"]["musan_cuts"]) == (True, "data/fbank128/musan_cuts.jsonl.gz")
     if objective == "ctc":
-        assert (model["readout"], model["prompt"], model["chunk_size"], model["beam"]) == (
+        assert (model["readout"], model["prompt"], model["chunk_size"], model["alignment_beam"]) == (
             "query", "Transcribe the speech.", 4096, 100.0)
         assert config["decode"]["token_penalty"] == 0.3
     else:
-        assert (model["ce_beam"], model["length_penalty"]) == (4, 1.0)
+        # App. D.3: beam search of beam size 4 with length penalty 1.0.
+        assert (config["decode"]["beam_size"], model["length_penalty"]) == (4, 1.0)
+        assert "ce_beam" not in model
 
 
 def _read_recogs(path: Path):
@@ -210,16 +212,25 @@ def test_unknown_encoder_is_named(recipe_copy, run_recipe):
 
 
 @pytest.mark.parametrize("llm, objective, expected", [
-    ("Qwen/Qwen3-32B", "ctc", "model.activation_checkpointing=true optim.lr=0.00005"),
-    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=0.00005 data.max_duration=100 train.accum_grad=2"),
+    ("Qwen/Qwen3-32B", "ctc", "model.activation_checkpointing=true optim.lr=5e-05"),
+    ("Qwen/Qwen3-32B", "ce", "model.activation_checkpointing=true optim.lr=5e-05 data.max_duration=100 train.accum_grad=2"),
     ("Qwen/Qwen3-14B", "ctc", "model.activation_checkpointing=true"),
     ("Qwen/Qwen3-14B", "ce", "data.max_duration=100 train.accum_grad=2"),
 ])
 def test_qwen3_size_settings_of_the_paper_are_added(recipe_copy, run_recipe, llm, objective, expected):
-    # App. D.3's training configurations; the run then stops: no features were prepared.
+    # App. D.3's training configurations (conf/llm_<objective>_<size>.yaml); the run then
+    # stops: no features were prepared.
     recipe = recipe_copy("gigaspeech")
     train_stage = "22" if objective == "ctc" else "24"
     result = run_recipe(recipe, "--stage", train_stage, "--stop-stage", train_stage, "--llm", llm, check=False)
     name = llm.split("/")[1].lower()
     assert f"settings for {name} (App. D.3): {expected}\n" in result.stdout
-    assert result.returncode != 0 and "piece(s) without features in data/fbank128: finish stage 20 first" in result.stderr
+    assert result.returncode != 0
+    assert "data/fbank/gigaspeech_XL_split: not split (no .split.done): finish stages 5 and 20 first" in result.stderr
+
+
+def test_qwen3_sizes_without_an_overlay_add_nothing(recipe_copy, run_recipe):
+    recipe = recipe_copy("gigaspeech")
+    result = run_recipe(recipe, "--stage", "22", "--stop-stage", "22", "--llm", "Qwen/Qwen3-8B", check=False)
+    assert "settings for qwen3-8b" not in result.stdout
+    assert result.returncode != 0 and "finish stages 5 and 20 first" in result.stderr

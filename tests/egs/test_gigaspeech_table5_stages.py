@@ -127,7 +127,7 @@ def test_both_models_keep_the_papers_settings(recipe, tiny_qwen3_asr, mode):
     assert (model["readout"], model["projector_type"], model["projector_from_encoder"]) == ("query", "mlp", True)
     assert (model["streaming_chunk_seconds"], model["streaming_max_history"]) == (2, 8)
     assert (model["lora_rank"], model["lora_dropout"]) == (4, 0.05)  # rank from the test's overrides
-    assert saved["decode"]["token_penalty"] == 0.7 and saved["decode"]["beam"] == 4
+    assert saved["decode"]["token_penalty"] == 0.7 and saved["decode"]["beam_size"] == 4
     assert "data/fbank128/gigaspeech_XL_split" in saved["data"]["train_cuts"]
     # App. D.2/D.4 train with MUSAN: the 128-bin noise of stage 20, mixed per chunk when streaming.
     assert saved["data"]["enable_musan"] and saved["data"]["musan_cuts"] == "data/fbank128/musan_cuts.jsonl.gz"

@@ -117,10 +117,11 @@ def _expected_reference(trained: dict, text: str) -> List[str]:
 
 def test_training_writes_every_epoch_checkpoint_with_the_presets_settings_and_the_recipes_paths(trained):
     import torch
-    import yaml
+
+    from asr.config import load_run_config
 
     exp = trained["recipe"] / EXP
-    preset = yaml.safe_load((trained["recipe"] / "conf/train.yaml").read_text())
+    preset = load_run_config(trained["recipe"] / "conf/train.yaml")
     batches = []
     for epoch in (1, 2):
         checkpoint = torch.load(exp / f"epoch-{epoch}.pt", map_location="cpu", weights_only=False)
@@ -128,12 +129,13 @@ def test_training_writes_every_epoch_checkpoint_with_the_presets_settings_and_th
         assert checkpoint["epoch"] == epoch and set(checkpoint["model"]) == set(checkpoint["model_avg"])
         batches.append(checkpoint["batch_idx_train"])
         # Hyper-parameters come from conf/train.yaml unless overridden on the command line.
-        assert config["optim"]["base_lr"] == preset["optim"]["base_lr"] == 0.045
-        assert config["optim"]["lr_epochs"] == preset["optim"]["lr_epochs"]
-        assert config["data"]["spec_aug_time_warp_factor"] == preset["data"]["spec_aug_time_warp_factor"]
-        assert config["data"]["min_cut_duration"] == preset["data"]["min_cut_duration"]
-        # Chunk size and beam: pruned_ctc's own defaults (paper Sec. 5.2: beam 100, chunk 4096).
-        assert (config["model"]["loss"], config["model"]["beam"], config["model"]["chunk_size"]) == ("pruned", None, None)
+        assert config["optim"]["base_lr"] == preset.optim.base_lr == 0.045
+        assert config["optim"]["lr_epochs"] == preset.optim.lr_epochs
+        assert config["data"]["spec_aug_time_warp_factor"] == preset.data.spec_aug_time_warp_factor
+        assert config["data"]["min_cut_duration"] == preset.data.min_cut_duration
+        # Chunk size and alignment beam: pruned_ctc's own defaults (paper Sec. 5.2: beam 100, chunk 4096).
+        assert (config["model"]["loss"], config["model"]["alignment_beam"], config["model"]["chunk_size"]) == (
+            "pruned", None, None)
         assert config["data"]["max_duration"] == (15.0 if trained["corpus"] == "gigaspeech" else 60.0)
         assert config["model"]["num_encoder_layers"] != [2, 2, 3, 4, 3, 2]  # tiny, not M
     assert 0 < batches[0] < batches[1]
@@ -316,7 +318,7 @@ def test_a_bad_override_is_an_error_naming_it(recipe_copy, run_recipe):
     recipe = recipe_copy("aishell")
     result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", "--train-args", "train.num_epoch=3", check=False)
     assert result.returncode != 0
-    assert "ERROR: unknown train option 'num_epoch'" in result.stderr
+    assert "ERROR: unknown train option 'num_epoch' in override 'train.num_epoch=3'" in result.stderr
 
 
 # --- The presets and defaults are the paper's (Sec. 5.2, App. E.1) -------------------------
@@ -336,7 +338,7 @@ def test_presets_hold_the_papers_training_settings(corpus):
     config = load_run_config(Path(__file__).resolve().parents[2] / "egs" / corpus / "conf/train.yaml")
     assert config.train.num_epochs == PAPER[corpus][0]
     assert config.optim.base_lr == 0.045
-    assert (config.model.loss, config.model.beam, config.model.chunk_size) == ("pruned", None, None)
+    assert (config.model.loss, config.model.alignment_beam, config.model.chunk_size) == ("pruned", None, None)
     assert config.model.encoder_dim == get_preset("M").encoder_dim == (192, 256, 384, 512, 384, 256)
     assert config.model.num_encoder_layers == (2, 2, 3, 4, 3, 2)
     assert config.train.precision in ("fp16", "bf16")
@@ -354,7 +356,7 @@ def test_run_sh_defaults_are_the_papers_gpus_and_decoding(corpus, recipe_copy):
     from asr.config import load_run_config
 
     decode = load_run_config(recipe / "conf/train.yaml").decode
-    assert (decode.beam, decode.methods) == (4, ("ctc-prefix-beam-search", "ctc-greedy-search"))
+    assert (decode.beam_size, decode.methods) == (4, ("ctc-prefix-beam-search", "ctc-greedy-search"))
     assert (decode.epoch, decode.avg, decode.use_averaged_model) == ("last", 15, True)
 
 
@@ -386,7 +388,7 @@ def test_gigaspeech_training_refuses_pieces_without_features(recipe_copy, run_re
         (split / name).write_text("")
     result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
     assert result.returncode != 0
-    assert "data/fbank/gigaspeech_XL_split: not split, or 1 piece(s) without features: finish stages 5 and 6" in result.stderr
+    assert "1 of 2 piece(s) of data/fbank/gigaspeech_XL_split without features: finish stages 5 and 6" in result.stderr
 
 
 def test_the_summary_before_training_names_the_missing_experiment(recipe_copy, run_recipe):

@@ -13,10 +13,10 @@ TEXTS = ["hello world", "the cat", "Speech"]
 
 @pytest.fixture
 def exact_beam(ctc_model):
-    saved = ctc_model.config.beam
-    ctc_model.config.beam = float("inf")
+    saved = ctc_model.config.alignment_beam
+    ctc_model.config.alignment_beam = float("inf")
     yield ctc_model
-    ctc_model.config.beam = saved
+    ctc_model.config.alignment_beam = saved
 
 
 def batch(model):

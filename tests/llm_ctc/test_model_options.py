@@ -25,7 +25,7 @@ def full_vocabulary_llm_dir(tmp_path_factory):
 
 def test_head_without_free_rows_gets_an_appended_blank(full_vocabulary_llm_dir, ctc_config, qwen3_tokenizer,
                                                        caplog):
-    config = dataclasses.replace(ctc_config, llm=str(full_vocabulary_llm_dir), beam=float("inf"))
+    config = dataclasses.replace(ctc_config, llm=str(full_vocabulary_llm_dir), alignment_beam=float("inf"))
     with caplog.at_level(logging.INFO):
         model = LLMCTCModel(config, tokenizer=qwen3_tokenizer)
     assert "appended zero row" in caplog.text
@@ -78,7 +78,7 @@ def test_config_round_trips_through_a_dict(ctc_config):
 
 @pytest.mark.parametrize("field, value, message", [
     ("readout", "middle", "readout"), ("encoder_type", "whisper", "encoder_type"),
-    ("lora_rank", -1, "lora_rank"), ("beam", 0.0, "beam"), ("llm_dtype", "int8", "llm_dtype"),
+    ("lora_rank", -1, "lora_rank"), ("alignment_beam", 0.0, "alignment_beam"), ("llm_dtype", "int8", "llm_dtype"),
 ])
 def test_bad_config_values_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -88,6 +88,22 @@ def test_bad_config_values_name_the_field(field, value, message):
 def test_unknown_config_field_is_named():
     with pytest.raises(ValueError, match="readouts"):
         LLMASRConfig.from_dict({"readouts": "query"})
+
+
+def test_a_saved_model_section_with_the_old_keys_still_loads(ctc_config):
+    """Checkpoints written before the renames: beam is read as alignment_beam, and
+    ce_beam (never read by any code) is dropped."""
+    saved = ctc_config.to_dict()
+    del saved["alignment_beam"]
+    saved.update(beam=37.0, ce_beam=4)
+    assert LLMASRConfig.from_dict(saved) == dataclasses.replace(ctc_config, alignment_beam=37.0)
+
+
+def test_the_optim_section_is_read_from_the_same_module():
+    from asr.config import family_config_classes
+    from llm_ctc.config import AdamWOptions
+
+    assert family_config_classes("llm_ctc") == (LLMASRConfig, AdamWOptions)
 
 
 def test_missing_encoder_checkpoint_is_a_clear_error(ctc_config, qwen3_tokenizer, tmp_path):

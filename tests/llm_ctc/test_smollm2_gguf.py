@@ -26,7 +26,7 @@ def smollm2_dir():
 
 def test_smollm2_ctc_with_an_appended_blank(smollm2_dir, zipformer_checkpoint, caplog):
     config = LLMASRConfig(llm=smollm2_dir, llm_gguf_file=GGUF_FILE, encoder_path=str(zipformer_checkpoint),
-                          projector_stack=2, projector_hidden=64, lora_rank=8, beam=float("inf"))
+                          projector_stack=2, projector_hidden=64, lora_rank=8, alignment_beam=float("inf"))
     with caplog.at_level(logging.INFO):
         model = build_model(config)
     assert "appended zero row" in caplog.text

@@ -121,8 +121,8 @@ def test_cache_bound_on_a_60_second_input(ctc_model):
 
 def test_streaming_loss_is_dense_ctc_over_the_concatenated_query_outputs(ctc_model):
     model = ctc_model
-    saved = model.config.beam
-    model.config.beam = float("inf")
+    saved = model.config.alignment_beam
+    model.config.alignment_beam = float("inf")
     try:
         layouts = layouts_of(model, [[200, 120], [200, 200, 10]])
         speech = speech_for(layouts, seed=3)
@@ -131,7 +131,7 @@ def test_streaming_loss_is_dense_ctc_over_the_concatenated_query_outputs(ctc_mod
             loss, stats = streaming_loss(model, speech, layouts, 1, targets)
             states, lens = parallel_query_states(model, speech, layouts, 1)
     finally:
-        model.config.beam = saved
+        model.config.alignment_beam = saved
     losses, *_ = dense_reference(states, model.head_weight, model.head_bias(), targets, lens,
                                  blank_id=model.blank_id)
     torch.testing.assert_close(loss.double(), losses.sum(), rtol=1e-6, atol=1e-4)

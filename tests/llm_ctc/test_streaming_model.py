@@ -17,7 +17,7 @@ from references.tiny_llm import perturb_lora, random_features
 def streaming_model(ctc_config, qwen3_tokenizer):
     from llm_ctc.family import build_model, build_tokenizer
 
-    config = dataclasses.replace(ctc_config, streaming=True, beam=None, streaming_seed=3)
+    config = dataclasses.replace(ctc_config, streaming=True, alignment_beam=None, streaming_seed=3)
     tokenizer = build_tokenizer(config)
     torch.manual_seed(11)
     model = build_model(config, tokenizer.vocab_size, tokenizer.blank_id)

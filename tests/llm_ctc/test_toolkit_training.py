@@ -134,7 +134,7 @@ def test_llm_ce_trains_and_decodes_by_generation(corpus, ctc_config, tmp_path) -
     train(arguments(corpus, ctc_config, tmp_path, "model.objective=ce", "model.max_new_tokens=4",
                     "train.num_epochs=1"))
     rates = decode([f"--exp-dir={tmp_path}", "--epoch=1", "--avg=1", "--use-averaged-model=false",
-                    f"--test-cuts=valid={corpus['valid']}", "--num-workers=0", "--beam=2",
+                    f"--test-cuts=valid={corpus['valid']}", "--num-workers=0", "--beam-size=2",
                     "--method", "llm-greedy-search", "llm-beam-search"])
     assert set(rates["valid"]) == {"llm-greedy-search", "llm-beam-search_beam-2"}
     assert (tmp_path / "recogs-valid-llm-beam-search_beam-2-epoch-1_avg-1.txt").is_file()

@@ -91,4 +91,4 @@ def test_version_1_configuration_becomes_a_version_2_run_configuration():
     del old["model"]["preset"]
     config = RunConfig.from_dict(upgrade_config(old))
     assert (config.optim.base_lr, config.optim.lr_batches, config.train.num_epochs) == (0.07, 300.0, 3)
-    assert (config.model.chunk_size, config.model.beam, config.model.vocab_size) == (None, None, 29)
+    assert (config.model.chunk_size, config.model.alignment_beam, config.model.vocab_size) == (None, None, 29)

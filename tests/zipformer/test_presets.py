@@ -49,15 +49,35 @@ def test_invalid_values_are_named():
 
 
 def test_command_line_overrides_are_typed_by_the_field():
-    config = load_run_config(None, ["model.encoder_dim=192,256,256,256,256,256", "model.beam=20",
+    config = load_run_config(None, ["model.encoder_dim=192,256,256,256,256,256", "model.alignment_beam=20",
                                     "model.loss=standard", "model.chunk-size=1024"]).model
-    assert (config.encoder_dim, config.beam, config.loss, config.chunk_size) == (
+    assert (config.encoder_dim, config.alignment_beam, config.loss, config.chunk_size) == (
         (192, 256, 256, 256, 256, 256), 20.0, "standard", 1024)
-    assert load_run_config(None, ["model.beam=none"]).model.beam is None
+    assert load_run_config(None, ["model.alignment_beam=none"]).model.alignment_beam is None
     with pytest.raises(ValueError, match="unknown model option 'beem'"):
         load_run_config(None, ["model.beem=3"])
     with pytest.raises(ValueError, match="not of the form <section>.<field>=<value>"):
-        load_run_config(None, ["model.beam"])
+        load_run_config(None, ["model.alignment_beam"])
+
+
+@pytest.mark.parametrize("old, new", [("beam", "alignment_beam"), ("warmup_batches", "layer_warmup_batches")])
+def test_renamed_model_keys_are_refused_naming_the_new_key(tmp_path, old, new):
+    with pytest.raises(ValueError, match=f"model.{old} is now model.{new}"):
+        load_run_config(None, [f"model.{old}=3"])
+    preset = tmp_path / "old.yaml"
+    preset.write_text(f"model:\n  preset: S\n  {old}: 3\n")
+    with pytest.raises(ValueError, match=f"{preset}: model.{old} is now model.{new}"):
+        load_run_config(preset)
+
+
+def test_saved_model_sections_with_the_old_keys_still_load():
+    """A checkpoint written before the renames keeps its model: warmup_batches and beam
+    are read as layer_warmup_batches and alignment_beam."""
+    saved = {**get_preset("tiny").to_dict(), "warmup_batches": 2000.0, "beam": 30.0}
+    del saved["layer_warmup_batches"], saved["alignment_beam"]
+    config = config_from_dict(saved)
+    assert (config.layer_warmup_batches, config.alignment_beam) == (2000.0, 30.0)
+    assert config == get_preset("tiny", layer_warmup_batches=2000.0, alignment_beam=30.0)
     with pytest.raises(ValueError, match="cannot read model.chunk_size='many' as Optional.int."):
         load_run_config(None, ["model.chunk_size=many"])
 
