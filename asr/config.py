@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from asr.decode_methods import DEFAULT_METHODS, method_of
+from asr.preset_files import SECTIONS, merge_presets, read_preset_chain
 from asr.override_values import format_value, parse_value
 from asr.renamed_keys import refusal, translate_saved_config
 
 PathLike = Union[str, Path]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-SECTIONS = ("model", "optim", "data", "train", "decode")
 # Model families: name -> (model section class, optim section class, the module that
 # builds model and optimizer; see asr.family). The classes' modules import the standard
 # library only.
@@ -299,7 +299,6 @@ def load_run_config(path: Optional[PathLike] = None, overrides: Iterable[str] = 
     """Read a preset YAML (``family``, the sections of :data:`SECTIONS`, optionally a
     ``base`` preset it extends) and apply ``section.field=value`` overrides
     (``family=NAME`` switches the family). Errors name the preset file at fault."""
-    from asr.preset_files import merge_presets, read_preset_chain
 
     chain = read_preset_chain(path) if path is not None else []
     document = merge_presets(chain)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Union
 
-from asr.config import SECTIONS, PathLike
+PathLike = Union[str, Path]
+SECTIONS = ("model", "optim", "data", "train", "decode")  # the sections of a run configuration
 
 TOP_LEVEL_KEYS = ("base", "family") + SECTIONS
 
