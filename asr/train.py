@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
@@ -128,6 +129,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     dist = setup_distributed(options.device)
+    new_exp_dir = not exp_dir.exists()
     setup_logging(exp_dir, "train", dist.rank)
     choose_threads()
     logging.info("threads: %s", describe_threads())
@@ -135,8 +137,17 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
 
     # Data.
     config.model = with_lexicon_size(config.model, tokenizer)
-    trainee = build_trainee(config, dist.device, tokenizer.vocab_size, tokenizer.blank_id, dist.world_size,
-                            dist.local_rank)
+    try:
+        trainee = build_trainee(config, dist.device, tokenizer.vocab_size, tokenizer.blank_id, dist.world_size,
+                                dist.local_rank)
+    except (FileNotFoundError, ValueError) as error:  # a path or value of the model section
+        root = logging.getLogger()
+        for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+            handler.close()
+            root.removeHandler(handler)
+        if new_exp_dir:
+            shutil.rmtree(exp_dir, ignore_errors=True)
+        raise SystemExit(f"ERROR: {error}") from None
     model, scheduler = trainee.model, trainee.scheduler
     train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist, config.train.seed)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)

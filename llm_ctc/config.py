@@ -68,6 +68,11 @@ class LLMASRConfig:
     readout: str = "query"
     prompt: str = "Transcribe the speech."
     query_std: float = 0.02
+    # The start of q: None draws it from N(0, query_std^2); a token (e.g. "<|fim_pad|>")
+    # starts it at that token's input embedding, for an LLM pretrained to read speech with
+    # it (egs/mini's tiny LM: local/pretrain_tiny_lm.py --query-fraction). Unused by the
+    # speech readout.
+    query_init: Optional[str] = None
     blank_id: Optional[int] = None
     blank_cosine_threshold: float = 0.999
     # Pruned CTC's vocabulary chunk and alignment pruning beam (paper Sec. 3.2-3.3, App. B.3);

@@ -40,10 +40,18 @@ class LLMCTCModel(SpeechLLM):
         self.blank_offset = nn.Parameter(torch.tensor(
             initial_blank_offset(weight, blank, config.blank_cosine_threshold), dtype=torch.float32))
         self.prompt_ids = self.tokenizer.encode(config.prompt, add_special_tokens=False)
-        if config.readout == "query":
-            self.query = nn.Parameter(torch.randn(self.hidden_size) * config.query_std)
-        else:
-            self.query = None
+        self.query = nn.Parameter(self.initial_query(config)) if config.readout == "query" else None
+
+    def initial_query(self, config: LLMASRConfig) -> Tensor:
+        """q before training: N(0, query_std^2) per element, or the input embedding of the
+        token ``model.query_init`` (float32, as every trainable part)."""
+        if config.query_init is None:
+            return torch.randn(self.hidden_size) * config.query_std
+        ids = self.tokenizer.encode(config.query_init, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(f"model.query_init {config.query_init!r} is {len(ids)} tokens of the LLM's tokenizer "
+                             f"({ids[:8]}), expected one")
+        return self.embed_tokens(torch.tensor(ids, device=self.device))[0].detach().float().cpu().clone()
 
     @property
     def head_weight(self) -> Tensor:

@@ -40,6 +40,18 @@ single sentences cannot look anything up (stage 7's LM gives a repeated test sen
 RESULTS.md, "LLM-CE"). LLM-CTC reads each word at its own speech position and
 does not need it.
 
+``--query-fraction F`` adds a fraction F of the transcripts as examples of the query
+readout's task (Sec. 4.2): ``EOS s_1 .. s_T Q .. Q`` with T copies of the query token Q
+(``--query-token``), where s is the transcript with each token repeated 1 to
+``--query-stretch`` times (so T spans the lengths of speech, 12.5 LLM positions per
+second against 3.5 tokens), and the output at the i-th Q must be s_i; half of them in the
+streaming layout, ``EOS S_1 Q_1 S_2 Q_2 ..`` with chunks of ``--query-chunk`` positions
+(2 s of speech), where a query reads its own chunk. Only the query positions are scored.
+Each query must find the position T back (T_b in a chunk), different for every example:
+a 2-layer LM that meets this task only in LLM-CTC training, through LoRA and a query
+vector learned from scratch, learns it slowly (egs/mini RESULTS.md, "Why the query readout
+learns slowly"); learned here, LLM-CTC starts q from Q's embedding (``model.query_init``).
+
 The result is written with ``save_pretrained`` to a temporary folder that is renamed
 when complete; an existing result is kept (the program says so).
 """
@@ -106,7 +118,40 @@ def training_sequences(token_ids: List[List[int]], eos: int, copy_fraction: floa
     return single + [[eos] + token_ids[i] + [eos] + token_ids[i] + [eos] for i in chosen]
 
 
-def batches(sequences: List[List[int]], batch_size: int, rng: random.Random):
+Example = Tuple[List[int], List[int]]  # token ids and the target at each position (-1: none)
+
+
+def language_model_example(ids: List[int]) -> Example:
+    """Next-token prediction at every position but the last."""
+    return ids, ids[1:] + [-1]
+
+
+def query_example(token_ids: List[int], eos: int, query: int, stretch: int, chunk: int,
+                  rng: random.Random) -> Example:
+    """The query readout's task on a transcript (see the module docstring): its tokens each
+    repeated 1..``stretch`` times into s, then ``EOS s Q^T`` (``chunk`` 0) or ``EOS S_1 Q_1
+    S_2 Q_2 ..`` with chunks of ``chunk`` positions; the i-th Q of a block targets the i-th
+    position of its block of s."""
+    stretched = [token for token in token_ids for _ in range(rng.randint(1, stretch))]
+    size = chunk if chunk > 0 else len(stretched)
+    ids, targets = [eos], [-1]
+    for start in range(0, len(stretched), size):
+        block = stretched[start:start + size]
+        ids += block + [query] * len(block)
+        targets += [-1] * len(block) + block
+    return ids, targets
+
+
+def query_examples(token_ids: List[List[int]], eos: int, query: int, fraction: float, stretch: int, chunk: int,
+                   rng: random.Random) -> List[Example]:
+    """round(fraction * count) transcripts drawn by ``rng`` as query examples, every
+    second one in the chunked (streaming) layout when ``chunk`` > 0."""
+    chosen = rng.sample(range(len(token_ids)), round(fraction * len(token_ids)))
+    return [query_example(token_ids[i], eos, query, stretch, chunk if k % 2 else 0, rng)
+            for k, i in enumerate(chosen)]
+
+
+def batches(sequences: List, batch_size: int, rng: random.Random):
     order = list(range(len(sequences)))
     rng.shuffle(order)
     for start in range(0, len(order), batch_size):
@@ -124,15 +169,24 @@ def padded_batch(batch: List[List[int]]) -> Tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def reduced_loss(model, batch: List[List[int]], rows: torch.Tensor, row_of: torch.Tensor,
+def padded_targets(batch: List[Example], width: int) -> torch.Tensor:
+    targets = torch.full((len(batch), width), -1, dtype=torch.long)
+    for n, (_, target) in enumerate(batch):
+        targets[n, :len(target)] = torch.tensor(target)
+    return targets
+
+
+def reduced_loss(model, batch: List, rows: torch.Tensor, row_of: torch.Tensor,
                  unused: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy over the whole head (mean per token) when every row but
+    """Cross-entropy over the whole head (mean per scored position) when every row but
     ``rows`` (the tokens that occur) equals ``unused``: their logits are one, h.u, counted
-    (head rows - len(rows)) times in the normalizer."""
-    ids, mask = padded_batch(batch)
-    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
-    targets = ids[:, 1:]
-    valid = mask[:, 1:].bool()
+    (head rows - len(rows)) times in the normalizer. An item of ``batch`` is a token list
+    (next-token prediction) or an :data:`Example`."""
+    batch = [language_model_example(item) if not isinstance(item, tuple) else item for item in batch]
+    ids, mask = padded_batch([item[0] for item in batch])
+    hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    targets = padded_targets(batch, ids.shape[1])
+    valid = targets >= 0
     states = hidden[valid]
     num_unused = model.lm_head.weight.shape[0] - len(rows)
     logits = states @ model.lm_head.weight[rows].t()
@@ -154,6 +208,32 @@ def nameable_probability(model, rows: torch.Tensor, unused: torch.Tensor) -> tor
     if num_unused > 0:
         logits = torch.cat([logits, (states @ unused.detach() + math.log(num_unused))[:, None]], dim=1)
     return logits.log_softmax(dim=1).diagonal().exp()
+
+
+def query_token_id(tokenizer, text: str) -> int:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1:
+        raise SystemExit(f"ERROR: --query-token {text!r} is {len(ids)} tokens of this tokenizer, expected one")
+    return ids[0]
+
+
+def query_accuracy(model, examples: List[Example], rows: torch.Tensor, row_of: torch.Tensor,
+                   unused: torch.Tensor) -> float:
+    """The fraction of scored positions whose best class over the whole head is the target
+    (the unused rows are one class: their shared logit wins for none of them)."""
+    correct = total = 0
+    for start in range(0, len(examples), 64):
+        batch = examples[start:start + 64]
+        ids, mask = padded_batch([item[0] for item in batch])
+        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        targets = padded_targets(batch, ids.shape[1])
+        valid = targets >= 0
+        states = hidden[valid]
+        logits = torch.cat([states @ model.lm_head.weight[rows].t(), (states @ unused)[:, None]], dim=1)
+        best = logits.argmax(dim=1)
+        correct += int((best == row_of[targets[valid]]).sum())
+        total += int(valid.sum())
+    return correct / max(total, 1)
 
 
 def fill_unused_rows(model, rows: torch.Tensor, unused: torch.Tensor) -> None:
@@ -183,6 +263,15 @@ def main(argv: Sequence[str] = None) -> None:
                         help="standard deviation of the initial (tied) embedding rows")
     parser.add_argument("--copy-fraction", type=float, default=0.0,
                         help="fraction of the transcripts added again as 'EOS t EOS t EOS' (LLM-CE: 0.5)")
+    parser.add_argument("--query-fraction", type=float, default=0.0,
+                        help="fraction of the transcripts added as query-readout examples (egs/mini: 0.5)")
+    parser.add_argument("--query-token", default="<|fim_pad|>",
+                        help="the token that stands for the query vector q in those examples")
+    parser.add_argument("--query-stretch", type=int, default=6,
+                        help="each transcript token repeated 1..N times in a query example")
+    parser.add_argument("--query-chunk", type=int, default=25,
+                        help="positions per chunk of the streaming query examples (0: none; 25 = 2 s of "
+                             "12.5 positions per second)")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
@@ -191,8 +280,12 @@ def main(argv: Sequence[str] = None) -> None:
             raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.embedding_std > 0:
         raise SystemExit(f"ERROR: --embedding-std must be > 0, got {args.embedding_std}")
-    if not 0.0 <= args.copy_fraction <= 1.0:
-        raise SystemExit(f"ERROR: --copy-fraction must be in [0, 1], got {args.copy_fraction}")
+    for name in ("copy_fraction", "query_fraction"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    if args.query_stretch < 1 or args.query_chunk < 0:
+        raise SystemExit(f"ERROR: --query-stretch must be >= 1 and --query-chunk >= 0, got {args.query_stretch} "
+                         f"and {args.query_chunk}")
     if args.hidden % args.heads:
         raise SystemExit(f"ERROR: --hidden {args.hidden} must be a multiple of --heads {args.heads}")
     if (args.out_dir / "config.json").is_file():
@@ -204,9 +297,17 @@ def main(argv: Sequence[str] = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = read_transcripts(args.manifests)
     eos = tokenizer.eos_token_id
-    sequences = training_sequences(tokenizer(texts, add_special_tokens=False)["input_ids"], eos, args.copy_fraction,
-                                   random.Random(args.seed))
-    rows = torch.tensor(sorted({token for sequence in sequences for token in sequence}))
+    token_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    sequences = training_sequences(token_ids, eos, args.copy_fraction, random.Random(args.seed))
+    checks = []
+    if args.query_fraction > 0:
+        query = query_token_id(tokenizer, args.query_token)
+        sequences += query_examples(token_ids, eos, query, args.query_fraction, args.query_stretch, args.query_chunk,
+                                    random.Random(args.seed + 1))
+        checks = query_examples(token_ids, eos, query, min(1.0, 200 / len(token_ids)), args.query_stretch,
+                                args.query_chunk, random.Random(args.seed + 2))
+    rows = torch.tensor(sorted({token for sequence in sequences
+                                for token in (sequence[0] if isinstance(sequence, tuple) else sequence)}))
     row_of = torch.full((QWEN3_HEAD_ROWS,), -1, dtype=torch.long)
     row_of[rows] = torch.arange(len(rows))
     torch.manual_seed(args.seed)
@@ -234,6 +335,9 @@ def main(argv: Sequence[str] = None) -> None:
                 logging.info("epoch %d, step %d/%d: loss %.3f per token (%.0f s)", epoch, step, steps, loss.item(),
                              time.monotonic() - started)
     with torch.no_grad():
+        if checks:
+            logging.info("query task: %.1f%% of the query positions of %d examples name their token (half of "
+                         "them chunked)", 100 * query_accuracy(model, checks, rows, row_of, unused), len(checks))
         nameable = nameable_probability(model, rows, unused).sort().values
     logging.info("probability the head can give each of the %d tokens (lower bound): min %.3f, "
                  "10%% %.3f, median %.3f", len(rows), nameable[0], nameable[len(rows) // 10],

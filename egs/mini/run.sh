@@ -15,7 +15,8 @@
 # (RESULTS.md, "LLM-CTC") 7 the LLM's parts (stage 5's decoding weights of the Zipformer as
 # one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts),
 # 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it; 10 streaming LLM-CTC from the
-# same preset: train, decode at h = 2, 4, 8 s, per-chunk latency over 60 s.
+# same preset: train, decode at h = 2, 4, 8 s, per-chunk latency over 60 s, and the test
+# sentences joined into 30-60 s recordings decoded chunk by chunk at h = 2 s.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -29,8 +30,12 @@ llm_config=conf/llm_ctc.yaml   # the preset of stages 7-8 (conf/llm_ce.yaml: LLM
 # it learns to copy from its context: LLM-CE reads the speech only through attention and,
 # with an LM that cannot copy, learns the template but not the words (RESULTS.md, "LLM-CE").
 tiny_lm_copy_fraction=0.5
+# ... and this fraction as examples of the query readout's task (each query reads the
+# position T back; RESULTS.md, "Why the query readout learned slowly"): the query readout
+# and streaming (stage 10) start q at the query token the LM learned there.
+tiny_lm_query_fraction=0.5
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
-  train_config train_args decode_args llm_config tiny_lm_copy_fraction)
+  train_config train_args decode_args llm_config tiny_lm_copy_fraction tiny_lm_query_fraction)
 # --quick 1 changes the defaults: read it first, then let explicit options win.
 for ((i = 1; i <= $#; i++)); do
   case "${!i}" in
@@ -95,6 +100,7 @@ if run_stage 3 "BPE model with $vocab_size pieces"; then
     --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
 fi
 
+zipformer_exp_dir=$exp_dir
 training_settings train.lang_dir="$lang_dir" model.loss="$ctc_loss" \
   data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
   data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz"
@@ -111,13 +117,15 @@ if run_stage 6 "export the same weights to ONNX and decode test-clean with sherp
   export_onnx_and_decode "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
 fi
 
-# The LLM stages: the Zipformer above, frozen, as the speech encoder of an LLM.
-encoder_weights=$exp_dir/decoding.pt
+# The LLM stages: the Zipformer above, frozen, as the speech encoder of an LLM. A
+# train.exp_dir in --train-args names the Zipformer's folder only when its stages (4-6) run.
+[ "$stage" -gt 6 ] || zipformer_exp_dir=$exp_dir
+encoder_weights=$zipformer_exp_dir/decoding.pt
 llm_dir=$data_dir/tiny_qwen3
-if run_stage 7 "LLM parts: the decoding weights of $exp_dir as $encoder_weights, a tiny Qwen3 in $llm_dir"; then
-  python -m local.export_decoding_weights "$exp_dir" "$encoder_weights"
+if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encoder_weights, a tiny Qwen3 in $llm_dir"; then
+  python -m local.export_decoding_weights "$zipformer_exp_dir" "$encoder_weights"
   python -m local.pretrain_tiny_lm "$llm_dir" --copy-fraction "$tiny_lm_copy_fraction" \
-    --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
+    --query-fraction "$tiny_lm_query_fraction" --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
 fi
 
 if [ "$stage" -le 9 ] && [ "$stop_stage" -ge 8 ]; then
@@ -152,9 +160,14 @@ if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
 fi
 if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into $exp_dir"; then
   train_model
-  decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $decode_args"
+  user_decode_args=$decode_args
+  decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $user_decode_args"
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
     --cuts "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" --seconds 60 --history 8 \
     --output-dir "$exp_dir/latency"
+  # Long inputs: the same test sentences joined into 30-60 s recordings, chunk by chunk at h = 2 s.
+  python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long"
+  decode_args="decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.max_duration=120 $user_decode_args"
+  decode_model "test-clean-long=$data_dir/test_long/cuts.jsonl.gz"
 fi

@@ -167,3 +167,12 @@ def test_a_training_folder_given_in_train_args_is_the_one_announced(recipe_copy,
     result = run_recipe(recipe, "--stage", "8", "--stop-stage", "8", "--train-args", "train.exp_dir=exp/mine",
                         check=False)  # fails later: stages 0-7 did not run
     assert "on the frozen Zipformer into exp/mine" in result.stdout + result.stderr
+
+
+def test_a_training_folder_for_the_llm_stages_leaves_the_zipformers_folder_alone(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    result = run_recipe(recipe, "--stage", "7", "--stop-stage", "8", "--train-args", "train.exp_dir=exp/mine",
+                        check=False)  # fails later: stages 0-6 did not run
+    message = result.stdout + result.stderr
+    assert "the decoding weights of exp/full_pruned_ctc as exp/full_pruned_ctc/decoding.pt" in message
+    assert "exp/mine/decoding.pt" not in message

@@ -134,3 +134,16 @@ def test_a_missing_llm_folder_is_one_line_and_leaves_nothing_behind(small_traini
     with pytest.raises(SystemExit, match=f"ERROR: model.(llm|tokenizer).*{missing}.*does not exist"):
         train([*arguments, f"model.llm={missing}"])
     assert not exp_dir.exists()
+
+
+def test_a_missing_encoder_checkpoint_is_one_line_and_leaves_nothing_behind(small_training_corpus, ctc_config,
+                                                                            tmp_path):
+    from asr.train import main as train
+    from references.tiny_llm import tiny_llm_training_arguments
+
+    exp_dir = tmp_path / "exp"
+    missing = tmp_path / "no_such_encoder.pt"
+    arguments = tiny_llm_training_arguments(small_training_corpus, ctc_config, exp_dir)
+    with pytest.raises(SystemExit, match=f"^ERROR: model.encoder_path: Zipformer checkpoint not found: {missing}$"):
+        train([*arguments, f"model.encoder_path={missing}"])
+    assert not exp_dir.exists()

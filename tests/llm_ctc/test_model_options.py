@@ -134,3 +134,19 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(ctc_config, 
     assert grads_on.keys() == grads_off.keys() and any("lora_" in n for n in grads_on)
     for name in grads_on:
         torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-4, atol=1e-6)
+
+
+def test_query_init_starts_q_at_the_tokens_input_embedding(ctc_config, qwen3_tokenizer):
+    config = dataclasses.replace(ctc_config, query_init="<|fim_pad|>")
+    model = LLMCTCModel(config, tokenizer=qwen3_tokenizer)
+    row = qwen3_tokenizer.convert_tokens_to_ids("<|fim_pad|>")
+    assert torch.equal(model.query.detach(), model.llm.get_input_embeddings().weight[row].float())
+    assert model.query.requires_grad
+    checkpoint = model.checkpoint_state_dict()
+    assert torch.equal(checkpoint["query"], model.query.detach())
+
+
+def test_query_init_of_several_tokens_is_refused(ctc_config, qwen3_tokenizer):
+    config = dataclasses.replace(ctc_config, query_init="two words")
+    with pytest.raises(ValueError, match=r"model.query_init 'two words' is 2 tokens .* expected one"):
+        LLMCTCModel(config, tokenizer=qwen3_tokenizer)

@@ -95,3 +95,49 @@ def test_training_sequences_add_the_chosen_fraction_doubled():
 def test_copy_fraction_outside_zero_to_one_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"--copy-fraction must be in \[0, 1\], got 1.5"):
         main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--copy-fraction", "1.5"])
+
+
+def test_query_example_reads_each_position_of_its_block():
+    from local.pretrain_tiny_lm import query_example
+
+    rng = random.Random(0)
+    assert query_example([3, 4, 5], 1, 9, 1, 0, rng) == ([1, 3, 4, 5, 9, 9, 9], [-1, -1, -1, -1, 3, 4, 5])
+    assert query_example([3, 4, 5], 1, 9, 1, 2, rng) == ([1, 3, 4, 9, 9, 5, 9], [-1, -1, -1, 3, 4, -1, 5])
+
+
+def test_query_example_stretches_each_token_one_to_stretch_times():
+    from local.pretrain_tiny_lm import query_example
+
+    tokens = [3, 4, 5, 6, 7, 8, 10, 11]
+    counts = set()
+    for seed in range(20):
+        ids, targets = query_example(tokens, 1, 9, 4, 0, random.Random(seed))
+        content = ids[1:ids.index(9)]
+        runs = [(token, content.count(token)) for token in tokens]
+        assert [t for t, c in runs for _ in range(c)] == content  # each token's copies together, in order
+        counts |= {c for _, c in runs}
+        assert ids[len(content) + 1:] == [9] * len(content) and targets[len(content) + 1:] == content
+    assert counts == {1, 2, 3, 4}
+
+
+def test_reduced_loss_scores_only_the_targets_of_an_example():
+    from local.pretrain_tiny_lm import query_accuracy, query_example
+
+    model, batch, rows, row_of, unused = tiny_setup()
+    example = query_example([17, 42, 99], 5, 250, 2, 0, random.Random(1))
+    fill_unused_rows(model, rows, unused)
+    with torch.no_grad():
+        loss = reduced_loss(model, [example], rows, row_of, unused)
+        ids = torch.tensor([example[0]])
+        logits = model(input_ids=ids).logits[0].double()
+        scored = torch.tensor([t >= 0 for t in example[1]])
+        reference = torch.nn.functional.cross_entropy(logits[scored], torch.tensor(example[1])[scored])
+        assert float(loss) == pytest.approx(float(reference), rel=1e-5)
+        accuracy = query_accuracy(model, [example], rows, row_of, unused)
+        dense = float((logits[scored].argmax(-1) == torch.tensor(example[1])[scored]).double().mean())
+        assert accuracy == pytest.approx(dense)
+
+
+def test_query_fraction_outside_zero_to_one_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match=r"--query-fraction must be in \[0, 1\], got -0.5"):
+        main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--query-fraction", "-0.5"])

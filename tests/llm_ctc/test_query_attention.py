@@ -1,0 +1,76 @@
+"""local.query_attention: the attention it reads at the readout positions is the eager
+attention of each utterance run alone (the definition, unpadded), and its table's masses
+are the sums the docstring names, checked on attention maps built by hand."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from local.query_attention import attention_table, main, readout_attention
+from references.tiny_llm import random_features
+
+
+@pytest.fixture(scope="module")
+def eager_models(ctc_config, qwen3_tokenizer):
+    from llm_ctc.model import LLMCTCModel
+
+    models = {}
+    for readout in ("query", "speech"):
+        torch.manual_seed(7)
+        config = dataclasses.replace(ctc_config, readout=readout, attn_implementation="eager")
+        models[readout] = LLMCTCModel(config, tokenizer=qwen3_tokenizer).eval()
+    return models
+
+
+@pytest.mark.parametrize("readout", ["query", "speech"])
+def test_readout_rows_are_the_attention_of_each_utterance_alone(readout, eager_models):
+    model = eager_models[readout]
+    features, lens = random_features([90, 41, 66], seed=1)
+    with torch.no_grad():
+        layers, speech_lens, starts, prompt_len, _ = readout_attention(model, features, lens)
+        for n in range(3):
+            alone, alone_lens, alone_starts, _, width = readout_attention(model, features[n:n + 1, :int(lens[n])],
+                                                                          lens[n:n + 1])
+            length = int(alone_lens[0])
+            assert length == int(speech_lens[n]) and int(alone_starts[0]) == int(starts[n])
+            for layer, weights in enumerate(layers):
+                torch.testing.assert_close(weights[n, :, :length, :width], alone[layer][0, :, :length],
+                                           rtol=1e-5, atol=1e-6)
+                assert torch.all(weights[n, :, :length, width:] == 0)  # padding is never attended
+                torch.testing.assert_close(weights[n, :, :length].sum(-1), torch.ones(weights.shape[1], length))
+    expected_start = prompt_len + speech_lens if readout == "query" else torch.full_like(speech_lens, prompt_len)
+    assert starts.tolist() == expected_start.tolist()
+
+
+def test_table_masses_follow_their_definitions():
+    prompt_len, length = 2, 5
+    width = prompt_len + 2 * length
+    own = torch.zeros(1, 3, length, width)  # head 0: frame t's own speech; 1: the prompt; 2: t+2 and queries
+    for t in range(length):
+        own[0, 0, t, prompt_len + t] = 1.0
+        own[0, 1, t, 0] = 1.0
+        own[0, 2, t, prompt_len + min(t + 2, length - 1)] = 0.5
+        own[0, 2, t, prompt_len + length + t] = 0.5
+    rows = attention_table([own], torch.tensor([length]), torch.tensor([prompt_len + length]), prompt_len)
+    head0, head1, head2 = rows
+    assert head0["own_pm1"] == pytest.approx(1.0) and head0["speech"] == pytest.approx(1.0)
+    assert head0["argmax_distance"] == pytest.approx(0.0)
+    assert head1["prompt"] == pytest.approx(1.0) and head1["speech"] == pytest.approx(0.0)
+    distances = [abs(min(t + 2, length - 1) - t) for t in range(length)]
+    assert head2["own_pm1"] == pytest.approx(0.5 * sum(d <= 1 for d in distances) / length)
+    assert head2["own_pm3"] == pytest.approx(0.5)
+    assert head2["queries"] == pytest.approx(0.5)
+    assert head2["argmax_distance"] == pytest.approx(sum(distances) / length)
+
+
+def test_refuses_a_zipformer_run(tmp_path):
+    import torch as _torch
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    from asr.config import RunConfig
+
+    _torch.save({"config": RunConfig().to_dict(), "model": {}, "batch_idx_train": 1}, exp_dir / "epoch-1.pt")
+    with pytest.raises(SystemExit, match="not an LLM-CTC one"):
+        main(["--exp-dir", str(exp_dir), "--cuts", str(tmp_path / "none.jsonl.gz"), "--output-dir", str(tmp_path)])
