@@ -101,6 +101,11 @@ class LLMASRConfig:
     streaming_chunk_seconds: int = 2
     streaming_max_history: int = 8
     streaming_seed: int = 0
+    # Training only: shift each utterance's non-prompt rotary positions by k full chunks
+    # (k uniform in 0..this, drawn like h), the positions its chunks get deep in a long
+    # stream; 0 (App. E as written) trains only the positions of one utterance. An LLM
+    # that never saw long contexts (egs/mini's tiny LM) needs it for long inputs.
+    streaming_position_offset_chunks: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.lora_targets, str):
@@ -137,6 +142,9 @@ class LLMASRConfig:
         if self.streaming and (self.objective != "ctc" or self.readout != "query"):
             raise ValueError("model.streaming needs model.objective 'ctc' and model.readout 'query' (Sec. 4.3), "
                              f"got {self.objective!r} and {self.readout!r}")
+        if self.streaming_position_offset_chunks < 0:
+            raise ValueError("model.streaming_position_offset_chunks must be >= 0, got "
+                             f"{self.streaming_position_offset_chunks}")
         for name in ("streaming_chunk_seconds", "streaming_max_history"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1 (whole seconds), got {getattr(self, name)}")

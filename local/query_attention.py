@@ -15,8 +15,9 @@ Writes ``attention.png`` (rows: utterances; columns: layers; each panel the atte
 frame t's readout position (y) over every key position (x), averaged over the heads, with
 the prompt / speech / query boundaries drawn) and ``attention.tsv`` (per layer and head,
 averaged over frames and utterances: the mass on the prompt, on all speech, on frame t's
-own speech position +-1 and +-3, and on the queries; and the mean distance from the most
-attended speech key to t). A readout that has learned to find its speech puts most of
+own speech position +-1 (and what uniform attention over the visible keys would put
+there: chance) and +-3, and on the queries; and the mean distance from the most attended
+speech key to t). A readout that has learned to find its speech puts most of
 some head's mass within +-1 of t.
 """
 
@@ -31,7 +32,8 @@ import torch
 
 from asr.atomic_io import write_text_atomically
 
-COLUMNS = ("layer", "head", "prompt", "speech", "own_pm1", "own_pm3", "queries", "argmax_distance")
+COLUMNS = ("layer", "head", "prompt", "speech", "own_pm1", "own_pm1_uniform", "own_pm3", "queries",
+           "argmax_distance")
 
 
 def readout_attention(model, features: torch.Tensor, feature_lens: torch.Tensor):
@@ -74,6 +76,10 @@ def attention_table(layers: List[torch.Tensor], lens: torch.Tensor, starts: torc
                 sums["speech"] += float(w[:, speech_keys].sum())
                 sums["own_pm1"] += float((w * ((distance <= 1) & speech_keys[None, :])).sum())
                 sums["own_pm3"] += float((w * ((distance <= 3) & speech_keys[None, :])).sum())
+                # The same mass under uniform causal attention: chance level.
+                visible = keys[None, :] <= (int(starts[n]) + t)[:, None]
+                near = ((distance <= 1) & speech_keys[None, :] & visible).sum(1).double()
+                sums["own_pm1_uniform"] += float((near / visible.sum(1)).sum())
                 query_keys = keys >= int(starts[n]) if int(starts[n]) > prompt_len else torch.zeros_like(speech_keys)
                 sums["queries"] += float(w[:, query_keys].sum())
                 best = w[:, prompt_len:prompt_len + length].argmax(dim=1)

@@ -31,11 +31,12 @@ llm_config=conf/llm_ctc.yaml   # the preset of stages 7-8 (conf/llm_ce.yaml: LLM
 # with an LM that cannot copy, learns the template but not the words (RESULTS.md, "LLM-CE").
 tiny_lm_copy_fraction=0.5
 # ... and this fraction as examples of the query readout's task (each query reads the
-# position T back; RESULTS.md, "Why the query readout learned slowly"): the query readout
-# and streaming (stage 10) start q at the query token the LM learned there.
-tiny_lm_query_fraction=0.5
+# position T back), for this many epochs (RESULTS.md, "The query readout on the laptop"):
+# the query readout and streaming (stage 10) start q at the query token the LM learned there.
+tiny_lm_query_fraction=1.0
+tiny_lm_epochs=3
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
-  train_config train_args decode_args llm_config tiny_lm_copy_fraction tiny_lm_query_fraction)
+  train_config train_args decode_args llm_config tiny_lm_copy_fraction tiny_lm_query_fraction tiny_lm_epochs)
 # --quick 1 changes the defaults: read it first, then let explicit options win.
 for ((i = 1; i <= $#; i++)); do
   case "${!i}" in
@@ -125,7 +126,8 @@ llm_dir=$data_dir/tiny_qwen3
 if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encoder_weights, a tiny Qwen3 in $llm_dir"; then
   python -m local.export_decoding_weights "$zipformer_exp_dir" "$encoder_weights"
   python -m local.pretrain_tiny_lm "$llm_dir" --copy-fraction "$tiny_lm_copy_fraction" \
-    --query-fraction "$tiny_lm_query_fraction" --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
+    --query-fraction "$tiny_lm_query_fraction" --epochs "$tiny_lm_epochs" \
+    --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
 fi
 
 if [ "$stage" -le 9 ] && [ "$stop_stage" -ge 8 ]; then
@@ -149,8 +151,10 @@ fi
 # history of 1-8 s per batch), decoded chunk by chunk with the KV cache at h = 2, 4, 8 s
 # beside one parallel masked pass (ctc-greedy-search / ctc-prefix-beam-search at h = 8 s),
 # then the per-chunk compute and cache size over a 60 s input made of test utterances.
+# Each training utterance's positions are shifted by 0-30 chunks (60 s), as deep in a long
+# stream: the tiny LM never saw positions beyond a sentence (RESULTS.md, "Streaming").
 streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
-  model.streaming_max_history=8)
+  model.streaming_max_history=8 model.streaming_position_offset_chunks=30)
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
   train_config=$llm_config config_option=--llm-config
   exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming

@@ -62,10 +62,23 @@ def _check_query_model(model) -> None:
         raise ValueError("streaming LLM-CTC needs the query readout (model.readout 'query', Sec. 4.3)")
 
 
+def position_offsets_for_step(seed: int, step: int, count: int, max_chunks: int, chunk_positions: int) -> List[int]:
+    """Training's position shifts of ``count`` utterances for step ``step``: each k * 2A
+    with k uniform in 0 .. ``max_chunks`` (``chunk_positions`` = 2A, the speech and query
+    positions of a full chunk), a function of (seed, step) only, as the history."""
+    if max_chunks < 0 or chunk_positions < 1:
+        raise ValueError(f"max_chunks must be >= 0 and chunk_positions >= 1, got {max_chunks} and {chunk_positions}")
+    rng = random.Random((seed << 32) + step + (1 << 31))  # a stream apart from history_for_step's
+    return [rng.randint(0, max_chunks) * chunk_positions for _ in range(count)]
+
+
 def parallel_query_states(model, speech: Tensor, layouts: Sequence[UtteranceLayout],
-                          history_seconds: int) -> Tuple[Tensor, Tensor]:
+                          history_seconds: int, position_offsets: Optional[Sequence[int]] = None
+                          ) -> Tuple[Tensor, Tensor]:
     """Query outputs (N, T_n max, D) in chunk order and T_n (N,), from projected speech
-    (N, T, D) whose row t of utterance n is its t-th embedding over all chunks."""
+    (N, T, D) whose row t of utterance n is its t-th embedding over all chunks.
+    ``position_offsets``: per utterance, a shift of every non-prompt position id (the
+    rotary positions of the same chunks later in a long stream; the mask is unchanged)."""
     _check_query_model(model)
     prompt = _prompt(model)
     batch, max_frames, dim = speech.shape
@@ -89,6 +102,9 @@ def parallel_query_states(model, speech: Tensor, layouts: Sequence[UtteranceLayo
     inputs = sources[index.to(speech.device)]
     mask = streaming_mask(layouts, history_seconds, inputs.dtype, width, device=speech.device)
     positions = torch.arange(width, device=speech.device)[None].expand(batch, width).contiguous()
+    if position_offsets is not None:
+        shift = torch.tensor(list(position_offsets), dtype=torch.long, device=speech.device)
+        positions = positions + torch.where(positions >= prompt.shape[0], shift[:, None], 0)
     hidden = backbone_states(model.llm, inputs, mask, positions)
     lens = torch.tensor([layout.num_frames for layout in layouts], device=speech.device)
     read = torch.zeros(batch, int(lens.max()), dtype=torch.long)
@@ -100,10 +116,11 @@ def parallel_query_states(model, speech: Tensor, layouts: Sequence[UtteranceLayo
 
 
 def streaming_loss(model, speech: Tensor, layouts: Sequence[UtteranceLayout], history_seconds: int,
-                   targets, target_lengths: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, Any]]:
+                   targets, target_lengths: Optional[Tensor] = None,
+                   position_offsets: Optional[Sequence[int]] = None) -> Tuple[Tensor, Dict[str, Any]]:
     """The utterance-level Pruned CTC loss over the concatenated query outputs (eq. 11),
     exactly as the offline model's loss over its X rows."""
-    states, lens = parallel_query_states(model, speech, layouts, history_seconds)
+    states, lens = parallel_query_states(model, speech, layouts, history_seconds, position_offsets)
     return model.loss_of_states(states, lens, targets, target_lengths)
 
 
@@ -191,12 +208,12 @@ class CachedStreamingLLM:
 
 
 def streaming_training_loss(model, features: Tensor, feature_lens: Tensor, targets, history_seconds: int,
-                            target_lengths: Optional[Tensor] = None,
-                            chunk_seconds: int = 2) -> Tuple[Tensor, Dict[str, Any]]:
+                            target_lengths: Optional[Tensor] = None, chunk_seconds: int = 2,
+                            position_offsets: Optional[Sequence[int]] = None) -> Tuple[Tensor, Dict[str, Any]]:
     """What a training step calls (Sec. 4.3, App. D.4): encoder windows of h seconds of
     history + chunk, projector per chunk, all chunks in parallel under the mask with the
     same h, Pruned CTC over the concatenated query outputs. Validation uses h = 8."""
     from llm_ctc.streaming.encoder import streaming_speech_embeddings
 
     speech, layouts = streaming_speech_embeddings(model, features, feature_lens, history_seconds, chunk_seconds)
-    return streaming_loss(model, speech, layouts, history_seconds, targets, target_lengths)
+    return streaming_loss(model, speech, layouts, history_seconds, targets, target_lengths, position_offsets)

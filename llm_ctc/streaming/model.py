@@ -39,8 +39,9 @@ from asr.family import FrameCount
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.model import LLMCTCModel, Targets
 from llm_ctc.streaming.encoder import streaming_grid, streaming_speech_embeddings
-from llm_ctc.streaming.layout import cache_bound, streaming_frame_count
-from llm_ctc.streaming.llm import history_for_step, parallel_query_states, streaming_training_loss
+from llm_ctc.streaming.layout import TICKS_PER_SECOND, cache_bound, streaming_frame_count
+from llm_ctc.streaming.llm import (history_for_step, parallel_query_states, position_offsets_for_step,
+                                   streaming_training_loss)
 
 
 class CacheBoundExceeded(RuntimeError):
@@ -77,7 +78,19 @@ class StreamingLLMCTCModel(LLMCTCModel):
         history = self.history_seconds()
         self.last_history = history
         return streaming_training_loss(self, features, feature_lens, targets, history, target_lengths,
-                                       chunk_seconds=self.chunk_seconds)
+                                       chunk_seconds=self.chunk_seconds,
+                                       position_offsets=self.position_offsets(features.shape[0]))
+
+    def position_offsets(self, count: int) -> Optional[List[int]]:
+        """In training with ``model.streaming_position_offset_chunks`` K > 0: each
+        utterance's non-prompt rotary positions shifted by k * 2A, k uniform in 0..K, as if
+        it came k full chunks into a long stream (what chunk-by-chunk decoding of a long
+        input gives the LLM); None otherwise (the positions of App. E)."""
+        if not self.training or self.config.streaming_position_offset_chunks == 0:
+            return None
+        full_chunk = self.grid.count(self.chunk_seconds * TICKS_PER_SECOND)
+        return position_offsets_for_step(self.seed, self.update, count, self.config.streaming_position_offset_chunks,
+                                         2 * full_chunk)
 
     def output_lengths(self, num_feature_frames: FrameCount) -> FrameCount:
         """CTC frames of the concatenated query outputs: sum over chunks of T_b."""

@@ -116,7 +116,8 @@ def readme_commands(prefix: str) -> list:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("prefix", ["python -m asr.decode --config egs/mini", "python -m asr.transcribe --exp-dir egs/mini/exp/full_pruned_ctc",
-                                    "python -m zipformer.export_onnx --exp-dir egs/mini"])
+                                    "python -m zipformer.export_onnx --exp-dir egs/mini",
+                                    "python -m zipformer.sherpa_decode --model egs/mini"])
 def test_readme_commands_run_from_the_repository_root(quick_run, prefix, tmp_path) -> None:
     """The README's decode, transcribe and export commands, on the quick run (its folders
     and preset in place of the full run's), from the root of the checkout that holds it."""
@@ -127,9 +128,14 @@ def test_readme_commands_run_from_the_repository_root(quick_run, prefix, tmp_pat
     wav = next((recipe / "data" / "quick").rglob("*.flac"), None) or next(recipe.rglob("*.flac"))
     commands = readme_commands(prefix)
     assert commands, prefix
+    if "sherpa_decode" in prefix:  # decodes what the README's export command writes
+        commands = readme_commands("python -m zipformer.export_onnx --exp-dir egs/mini") + commands
     for command in commands:
         command = (command.replace("full_", "quick_").replace("data/full", "data/quick")
                    .replace("conf/train.yaml", "conf/train_quick.yaml").replace("a.flac b.wav", str(wav)))
+        if "sherpa_decode" in command:  # the quick run's exported folder in place of the full run's
+            folder = next((recipe / "exp" / "quick_pruned_ctc").glob("onnx-iter-*"))
+            command = re.sub(r"onnx-iter-[^/]*", folder.name, command)
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), OMP_NUM_THREADS="1")
         argv = shlex.split(command)
         result = subprocess.run([sys.executable, *argv[1:]], cwd=root, env=env, capture_output=True, text=True,

@@ -30,7 +30,7 @@ REMOVED = {"model.ce_beam"}  # never read: generation searched with decode.beam
 # run.sh sets train.exp_dir itself, so no recipe run moves).
 CHANGED_DEFAULTS = {"train.exp_dir": ("exp/zipformer", "exp/zipformer_pruned_ctc")}
 # Fields added to a family's schema since, with their defaults.
-ADDED = {"llm_ctc": {"model.query_init": None}}
+ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_chunks": 0}}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
 # stage 7's tiny LM learned; egs/mini RESULTS.md; llm_ce.yaml extends it and never reads it).
 CHANGED_SINCE = {"egs/mini/conf/llm_ctc.yaml": {"model.query_init": "<|fim_pad|>"},

@@ -56,6 +56,11 @@ def test_table_masses_follow_their_definitions():
     head0, head1, head2 = rows
     assert head0["own_pm1"] == pytest.approx(1.0) and head0["speech"] == pytest.approx(1.0)
     assert head0["argmax_distance"] == pytest.approx(0.0)
+    # Chance: frame t's query at prompt_len + length + t sees that many + 1 keys, 2 or 3 of them near t.
+    near = [sum(1 for k in range(prompt_len, prompt_len + length) if abs(k - prompt_len - t) <= 1)
+            for t in range(length)]
+    uniform = sum(c / (prompt_len + length + t + 1) for t, c in enumerate(near)) / length
+    assert head0["own_pm1_uniform"] == pytest.approx(uniform) and head1["own_pm1_uniform"] == pytest.approx(uniform)
     assert head1["prompt"] == pytest.approx(1.0) and head1["speech"] == pytest.approx(0.0)
     distances = [abs(min(t + 2, length - 1) - t) for t in range(length)]
     assert head2["own_pm1"] == pytest.approx(0.5 * sum(d <= 1 for d in distances) / length)

@@ -178,3 +178,49 @@ def test_training_loss_from_features_trains_the_projector(ctc_model):
     assert stats["frames"] == 54 + 32 and torch.isfinite(loss)
     assert all(p.grad is not None and p.grad.abs().max() > 0 for p in model.projector.parameters())
     model.zero_grad()
+
+
+@pytest.mark.parametrize("h", [1, 3])
+def test_shifted_positions_are_those_of_a_stream_that_started_earlier(h, ctc_model):
+    """parallel_query_states with a position offset of k * 2A on an utterance equals the
+    chunk-by-chunk decoder whose positions run k chunks ahead (its next position moved on
+    after the prompt, as after k chunks whose entries the history has evicted)."""
+    from llm_ctc.streaming.llm import position_offsets_for_step
+
+    model = ctc_model
+    layouts = layouts_of(model, [[200, 200, 37], [200, 3]])
+    speech = speech_for(layouts, seed=3)
+    full = 2 * GRID.count(200)
+    offsets = [3 * full, 7 * full]
+    with torch.no_grad():
+        shifted, _ = parallel_query_states(model, speech, layouts, h, position_offsets=offsets)
+        plain, _ = parallel_query_states(model, speech, layouts, h)
+    for n, layout in enumerate(layouts):
+        state = CachedStreamingLLM(model, h, GRID)
+        state.next_position += offsets[n]
+        outputs, start = [], 0
+        for frames, count in zip(layout.chunk_frames, layout.chunk_lens):
+            outputs.append(state.step(speech[n, start:start + count], frames))
+            start += count
+        assert (torch.cat(outputs) - shifted[n, :layout.num_frames]).abs().max() <= 1e-5
+        # The prompt's rotary distance moved, so the states did too.
+        assert (shifted[n, :layout.num_frames] - plain[n, :layout.num_frames]).abs().max() > 1e-3
+    draws = [position_offsets_for_step(0, step, 4, 5, full) for step in range(200)]
+    assert draws[17] == position_offsets_for_step(0, 17, 4, 5, full)  # a function of (seed, step)
+    assert {d for row in draws for d in row} == {k * full for k in range(6)}
+
+
+def test_streaming_model_shifts_positions_only_in_training(ctc_config, qwen3_tokenizer):
+    from llm_ctc.streaming.model import StreamingLLMCTCModel
+
+    config = dataclasses.replace(ctc_config, streaming=True, streaming_position_offset_chunks=4)
+    model = StreamingLLMCTCModel(config, tokenizer=qwen3_tokenizer)
+    full = 2 * model.grid.count(200)
+    model.train()
+    model.start_update(9, 9.0)
+    offsets = model.position_offsets(3)
+    assert offsets == model.position_offsets(3) and all(o % full == 0 and 0 <= o <= 4 * full for o in offsets)
+    model.eval()
+    assert model.position_offsets(3) is None
+    with pytest.raises(ValueError, match="streaming_position_offset_chunks must be >= 0"):
+        dataclasses.replace(config, streaming_position_offset_chunks=-1).validate()
