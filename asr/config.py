@@ -100,6 +100,12 @@ class DataOptions:
     # streaming models; asr.chunk_features), 0: per cut. None (unset): a streaming
     # model's chunk (model.streaming_chunk_seconds when model.streaming), else 0.
     feature_chunk_seconds: Optional[int] = None
+    # Training only: join each batch's cuts back to back, ``concatenate_gap`` seconds of
+    # silence apart, into cuts of at most this many seconds (Lhotse's CutConcatenate, as
+    # icefall's --concatenate-cuts), so that sentences start anywhere in a streaming
+    # model's chunks; 0: each cut alone.
+    concatenate_seconds: float = 0.0
+    concatenate_gap: float = 0.1
 
     def __post_init__(self) -> None:
         positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size",
@@ -119,6 +125,9 @@ class DataOptions:
         if self.musan_snr_min > self.musan_snr_max:
             raise ValueError(f"data.musan_snr_min {self.musan_snr_min} exceeds data.musan_snr_max "
                              f"{self.musan_snr_max}")
+        for name in ("concatenate_seconds", "concatenate_gap"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"data.{name} must be >= 0 (seconds), got {getattr(self, name)!r}")
         if self.feature_chunk_seconds is not None and self.feature_chunk_seconds < 0:
             raise ValueError(f"data.feature_chunk_seconds must be >= 0 (whole seconds; 0: per cut), got "
                              f"{self.feature_chunk_seconds!r}")

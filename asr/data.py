@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 from lhotse import CutSet, Fbank, FbankConfig, load_manifest, load_manifest_lazy
-from lhotse.dataset import CutMix, DynamicBucketingSampler, DynamicCutSampler, SpecAugment
+from lhotse.dataset import CutConcatenate, CutMix, DynamicBucketingSampler, DynamicCutSampler, SpecAugment
 from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeatures
 from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
@@ -168,6 +168,8 @@ class AsrDataset(torch.utils.data.Dataset):
         seed: base of the per-batch augmentation seed.
         chunk_seconds: > 0: features (and SpecAugment) per chunk of that many seconds
             of audio, for streaming models (App. D.4); 0: per cut.
+        concatenate_seconds: > 0: the batch's cuts joined back to back, ``concatenate_gap``
+            seconds apart, into cuts of at most that many seconds (training only).
     """
 
     def __init__(
@@ -181,8 +183,12 @@ class AsrDataset(torch.utils.data.Dataset):
         spec_augment: Optional[SpecAugment] = None,
         seed: int = 42,
         chunk_seconds: int = 0,
+        concatenate_seconds: float = 0.0,
+        concatenate_gap: float = 0.1,
     ) -> None:
         super().__init__()
+        self.concatenate = (CutConcatenate(gap=concatenate_gap, max_duration=concatenate_seconds)
+                            if concatenate_seconds > 0 else None)
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
@@ -204,6 +210,8 @@ class AsrDataset(torch.utils.data.Dataset):
             raise TypeError(
                 f"AsrDataset is indexed by a CutSet (from a Lhotse sampler), got {type(cuts).__name__}"
             )
+        if self.concatenate is not None:
+            cuts = self.concatenate(cuts)
         cuts = cuts.sort_by_duration(ascending=False)
         batch_seed = self._batch_seed(cuts)
         if self.noise_cuts is not None:
@@ -291,6 +299,8 @@ def build_train_dataloader(
         spec_augment=build_spec_augment(options) if options.enable_spec_aug else None,
         seed=seed,
         chunk_seconds=options.feature_chunk_seconds or 0,
+        concatenate_seconds=options.concatenate_seconds,
+        concatenate_gap=options.concatenate_gap,
     )
     sampler = DynamicBucketingSampler(
         cuts,

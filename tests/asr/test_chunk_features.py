@@ -182,3 +182,32 @@ def test_a_cut_without_audio_is_named(cuts) -> None:
 def test_chunk_seconds_must_be_whole_positive_seconds() -> None:
     with pytest.raises(ValueError, match="data.feature_chunk_seconds must be >= 1"):
         PerChunkFeatures(0)
+
+
+def test_concatenated_training_cuts_are_their_members_back_to_back(cuts) -> None:
+    """data.concatenate_seconds: one cut of every member's audio with the gap between,
+    its text the members' texts in that order, its features computed per chunk over all."""
+    gap = 0.5
+    batch = AsrDataset(chunk_seconds=1, concatenate_seconds=30, concatenate_gap=gap)[cuts]
+    assert len(batch["texts"]) == 1
+    from lhotse.dataset import CutConcatenate
+
+    joined, = CutConcatenate(gap=gap, max_duration=30)(cuts)
+    by_text = {c.supervisions[0].text: c for c in cuts}
+    members = [by_text[s.text] for s in sorted(joined.supervisions, key=lambda s: s.start)]
+    assert sorted(c.id for c in members) == sorted(c.id for c in cuts)
+    assert batch["texts"][0] == " ".join(c.supervisions[0].text for c in members)  # the audio's order
+    audio, start = joined.load_audio()[0], 0
+    for member in members:  # each member's samples at its place, the gap between
+        own = wav_samples(member)
+        np.testing.assert_allclose(audio[start:start + len(own)], own, atol=1e-6)
+        start += len(own) + round(gap * SAMPLE_RATE)
+    samples = sum(len(wav_samples(c)) for c in members) + round(gap * SAMPLE_RATE) * (len(members) - 1)
+    pieces = [min(SAMPLE_RATE, samples - start) for start in range(0, samples, SAMPLE_RATE)]
+    assert int(batch["feature_lens"][0]) == sum(chunk_frame_count(p) for p in pieces)
+    first = wav_samples(members[0])[:SAMPLE_RATE]
+    assert torch.allclose(batch["features"][0, :100], lhotse_fbank(first), atol=1e-4)
+    short = AsrDataset(chunk_seconds=1, concatenate_seconds=5, concatenate_gap=gap)[cuts]
+    assert all(len(t.split()) < sum(len(c.supervisions[0].text.split()) for c in members) for t in short["texts"])
+    with pytest.raises(ValueError, match="data.concatenate_seconds must be >= 0"):
+        DataOptions(concatenate_seconds=-1)

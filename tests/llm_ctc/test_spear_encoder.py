@@ -37,7 +37,7 @@ def test_padded_batch_gives_icefalls_embeddings_of_each_utterance(reference):
     assert lens.tolist() == expected["encoder_out_lens"]
     for i, n in enumerate(lens.tolist()):
         # float64 throughout; the CPU's kernels (FMA, summation order) move the relative error:
-        # under 1e-10 on the machines before 2026-11-27, 1.3e-9 on that day's; float32: ~1e-6.
+        # under 1e-10 on the machines before 2026-11-27, 1.3e-9 on that day's Intel Xeon; float32: ~1e-6.
         assert float((out[i, :n] - expected["encoder_out"][i]).norm() / expected["encoder_out"][i].norm()) < 1e-8
         assert not out[i, n:].any()
 

@@ -56,8 +56,15 @@ def encode_each_alone(model, reference, dtype):
             for i, n in enumerate(lengths.tolist())]
 
 
+# float64 against icefall's stored float64 outputs: the CPU's kernels (FMA, summation order)
+# move the relative difference from under 1e-10 (the machines before 2026-11-27) to 2.3e-9
+# (that day's Intel Xeon); float32 gives ~1e-6 and a real mismatch 1e-4 or more.
+FLOAT64_TOLERANCE = 1e-8
+
+
 @pytest.mark.parametrize("dtype, key, encoder_tol, log_prob_tol", [
-    (torch.float64, "eval_float64", 1e-9, 1e-9), (torch.float32, "eval_float32", 1e-5, 1e-4)])
+    (torch.float64, "eval_float64", FLOAT64_TOLERANCE, 1e-7),  # log-probs: absolute, 1.6e-8 that day
+    (torch.float32, "eval_float32", 1e-5, 1e-4)])
 def test_converted_model_matches_icefall_in_eval_mode(converted, reference, dtype, key,
                                                       encoder_tol, log_prob_tol):
     model = load_converted(converted[0]).to(dtype).eval()
@@ -76,7 +83,7 @@ def test_padded_batch_matches_icefall_on_each_utterance_alone(converted, referen
     with torch.no_grad():
         batch, lengths = model.encoder(reference["features"].double(), reference["lengths"])
     for i, n in enumerate(lengths.tolist()):
-        assert relative_difference(batch[i, :n], expected["encoder_out"][i]) <= 1e-9
+        assert relative_difference(batch[i, :n], expected["encoder_out"][i]) <= FLOAT64_TOLERANCE
     # icefall's own padded batch differs from the utterance alone: padding leaks into
     # valid frames there (the reason this project keeps its own padding behaviour).
     n = expected["encoder_out_lens"][1]
@@ -107,7 +114,7 @@ def test_training_mode_uses_out_of_range_limited_parameters_as_icefall(converted
     model = training_model(converted[0], reference)
     for i, encoder_out in enumerate(encode_each_alone(model, reference, torch.float64)):
         expected = reference["train_float64"]["encoder_out"][i]
-        assert relative_difference(encoder_out.detach(), expected) <= 1e-9
+        assert relative_difference(encoder_out.detach(), expected) <= FLOAT64_TOLERANCE
     # The previous forward clamp to [0.2, 1] and [-1.5, 1.5] computes something else.
     with torch.no_grad():
         for name, value in map_names(reference["out_of_range"]).items():

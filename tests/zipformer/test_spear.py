@@ -30,7 +30,13 @@ def relative_difference(a, b):
     return float((a - b).norm() / b.norm())
 
 
-@pytest.mark.parametrize("dtype, key, tolerance", [(torch.float64, "eval_float64", 1e-10),
+# float64 against icefall's stored float64 outputs: the CPU's kernels (FMA, summation order)
+# move the relative difference from under 1e-10 (the machines before 2026-11-27) to 2.3e-9
+# (that day's Intel Xeon); float32 gives ~1e-6 and a real mismatch 1e-4 or more.
+FLOAT64_TOLERANCE = 1e-8
+
+
+@pytest.mark.parametrize("dtype, key, tolerance", [(torch.float64, "eval_float64", FLOAT64_TOLERANCE),
                                                    (torch.float32, "eval_float32", 1e-5)])
 def test_each_utterance_alone_matches_icefall(spear, reference, dtype, key, tolerance):
     encoder = spear[0].to(dtype)
@@ -49,7 +55,7 @@ def test_padded_batch_matches_icefall_on_each_utterance_alone(spear, reference):
     expected = reference["eval_float64"]
     assert lens.tolist() == expected["batch_encoder_out_lens"].tolist() == expected["encoder_out_lens"]
     for i, n in enumerate(lens.tolist()):
-        assert relative_difference(out[i, :n], expected["encoder_out"][i]) < 1e-10
+        assert relative_difference(out[i, :n], expected["encoder_out"][i]) < FLOAT64_TOLERANCE
     # icefall's own padded batch lets the padding leak into the shorter utterance's frames.
     n = lens[1]
     assert (expected["batch_encoder_out"][1, :n] - expected["encoder_out"][1]).abs().max() > 1e-3
@@ -106,7 +112,7 @@ def test_folder_with_one_checkpoint_is_accepted(tmp_path, reference):
     n = int(reference["lengths"][0])
     with torch.no_grad():
         out, _ = encoder.double()(reference["features"][:1, :n].double(), reference["lengths"][:1])
-    assert relative_difference(out[0], reference["eval_float64"]["encoder_out"][0]) < 1e-10
+    assert relative_difference(out[0], reference["eval_float64"]["encoder_out"][0]) < FLOAT64_TOLERANCE
 
 
 def test_folder_without_a_single_checkpoint_is_refused(tmp_path):
