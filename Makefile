@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 setup:
 	@bash scripts/setup_env.sh
 
-# The main job: the egs/mini recipe, from synthesized audio to WER (about 12 minutes on
+# The main job: the egs/mini recipe, from synthesized audio to WER (12-15 minutes on
 # 2 idle cores). MINI_ARGS passes options, e.g. MINI_ARGS="--quick 1".
 MINI_ARGS ?=
 mini: setup

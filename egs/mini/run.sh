@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The mini recipe: a small English corpus synthesized on the spot, from audio to WER
-# on a laptop CPU (about 12 minutes on 2 idle cores with the defaults, see RESULTS.md).
+# on a laptop CPU (12-15 minutes on 2 idle cores with the defaults, see RESULTS.md).
 #   ./run.sh                      # everything: stages 0-5
 #   ./run.sh --ctc-loss standard  # the same with standard (dense) CTC, for comparison
 #   ./run.sh --quick 1            # a few-minute smoke run (smaller corpus and model)
