@@ -170,6 +170,8 @@ class AsrDataset(torch.utils.data.Dataset):
             of audio, for streaming models (App. D.4); 0: per cut.
         concatenate_seconds: > 0: the batch's cuts joined back to back, ``concatenate_gap``
             seconds apart, into cuts of at most that many seconds (training only).
+        concatenate_probability: the share of batches joined (drawn from each batch's
+            cuts and ``seed``), the others left as they are.
     """
 
     def __init__(
@@ -185,10 +187,12 @@ class AsrDataset(torch.utils.data.Dataset):
         chunk_seconds: int = 0,
         concatenate_seconds: float = 0.0,
         concatenate_gap: float = 0.1,
+        concatenate_probability: float = 1.0,
     ) -> None:
         super().__init__()
         self.concatenate = (CutConcatenate(gap=concatenate_gap, max_duration=concatenate_seconds)
                             if concatenate_seconds > 0 else None)
+        self.concatenate_probability = concatenate_probability
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
@@ -210,7 +214,7 @@ class AsrDataset(torch.utils.data.Dataset):
             raise TypeError(
                 f"AsrDataset is indexed by a CutSet (from a Lhotse sampler), got {type(cuts).__name__}"
             )
-        if self.concatenate is not None:
+        if self.concatenate is not None and self._joins(cuts):
             cuts = self.concatenate(cuts)
         cuts = cuts.sort_by_duration(ascending=False)
         batch_seed = self._batch_seed(cuts)
@@ -240,6 +244,13 @@ class AsrDataset(torch.utils.data.Dataset):
             "texts": [cut_text(cut) for cut in cuts],
             "cut_ids": [cut.id for cut in cuts],
         }
+
+    def _joins(self, cuts: CutSet) -> bool:
+        """Whether this batch is joined (``concatenate_probability``; the same batch
+        draws the same in every run)."""
+        if self.concatenate_probability >= 1.0:
+            return True
+        return random.Random(self._batch_seed(cuts) ^ 0x5A5A).random() < self.concatenate_probability
 
     def _batch_seed(self, cuts: CutSet) -> int:
         digest = hashlib.blake2b(digest_size=8)
@@ -301,6 +312,7 @@ def build_train_dataloader(
         chunk_seconds=options.feature_chunk_seconds or 0,
         concatenate_seconds=options.concatenate_seconds,
         concatenate_gap=options.concatenate_gap,
+        concatenate_probability=options.concatenate_probability,
     )
     sampler = DynamicBucketingSampler(
         cuts,

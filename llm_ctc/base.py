@@ -1,4 +1,4 @@
-"""Parts shared by LLM-CTC and LLM-CE: frozen speech encoder, trainable projector,
+"""Parts shared by LLM-CTC and LLM-CE: speech encoder (frozen by default), trainable projector,
 pretrained LLM backbone with LoRA, frozen LLM head, the LLM's tokenizer.
 
 Both are :class:`asr.family.Recognizer` models; what they share of the contract lives here:
@@ -134,13 +134,19 @@ class SpeechLLM(Recognizer):
     def parameter_groups(self, weight_decay: float) -> List[dict]:
         """AdamW groups: weight decay on matrices (LoRA, projector linears) only; biases,
         norms, the query vector and the blank offset are not decayed (decaying eta
-        towards 0 would undo its log c_bl start)."""
-        decay, no_decay = [], []
-        for _, parameter in self.named_parameters():
-            if parameter.requires_grad:
-                (decay if parameter.dim() >= 2 else no_decay).append(parameter)
-        return [{"params": decay, "weight_decay": weight_decay},
-                {"params": no_decay, "weight_decay": 0.0}]
+        towards 0 would undo its log c_bl start). A trained encoder's groups carry
+        ``lr_scale`` (``model.encoder_lr_scale``)."""
+        encoder = {id(p) for p in self.encoder.parameters()}
+        parts = [(False, {})] + ([(True, {"lr_scale": self.config.encoder_lr_scale})] if self.encoder.trainable else [])
+        groups = []
+        for own, extra in parts:
+            decay, no_decay = [], []
+            for parameter in self.parameters():
+                if parameter.requires_grad and (id(parameter) in encoder) == own:
+                    (decay if parameter.dim() >= 2 else no_decay).append(parameter)
+            groups += [{"params": decay, "weight_decay": weight_decay, **extra},
+                       {"params": no_decay, "weight_decay": 0.0, **extra}]
+        return groups
 
     def prepare_for_decoding(self) -> None:
         """Fold LoRA into the base weights for inference (peft ``merge_and_unload``): one

@@ -58,6 +58,11 @@ class LLMASRConfig:
     encoder_dtype: str = "float32"
     # Zipformer checkpoints: "model" (the trained weights) or "model_avg" (running average).
     encoder_checkpoint_entry: str = "model"
+    # The speech encoder trains at this fraction of optim.lr (in evaluation mode: no
+    # dropout); 0, the paper's setting (App. D.2), keeps it frozen. For an encoder trained
+    # on whole utterances that streaming shows only 2 s windows (egs/mini RESULTS.md,
+    # "Streaming"), unlike Qwen3-ASR's, pretrained with 1 s convolution chunks (App. D.4).
+    encoder_lr_scale: float = 0.0
     # Projector.
     projector_type: str = "stack"
     projector_stack: int = 5
@@ -128,6 +133,8 @@ class LLMASRConfig:
         for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.encoder_lr_scale >= 0:
+            raise ValueError(f"model.encoder_lr_scale must be >= 0 (0: frozen encoder), got {self.encoder_lr_scale!r}")
         if self.lora_rank < 0:
             raise ValueError(f"model.lora_rank must be >= 0 (0: no LoRA), got {self.lora_rank}")
         if not 0.0 <= self.lora_dropout < 1.0:

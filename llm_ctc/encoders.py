@@ -33,15 +33,23 @@ FrameCount = Union[int, Tensor]
 
 
 class SpeechEncoder(nn.Module, metaclass=abc.ABCMeta):
-    """Base class: frozen, evaluation mode whatever ``train()`` says."""
+    """Base class: frozen (unless :meth:`unfreeze`), evaluation mode whatever ``train()`` says."""
 
     output_dim: int
     feature_dim: int
+    trainable = False
 
     def freeze(self) -> None:
         for parameter in self.parameters():
             parameter.requires_grad_(False)
+        self.trainable = False
         super().train(False)
+
+    def unfreeze(self) -> None:
+        """Let gradients reach the weights (``model.encoder_lr_scale`` > 0); still no dropout."""
+        for parameter in self.parameters():
+            parameter.requires_grad_(True)
+        self.trainable = True
 
     def train(self, mode: bool = True) -> "SpeechEncoder":
         # A frozen encoder stays in evaluation mode even when the whole model trains.
@@ -62,7 +70,7 @@ class SpeechEncoder(nn.Module, metaclass=abc.ABCMeta):
         if feature_lens.shape != (features.shape[0],):
             raise ValueError(f"feature_lens must have shape ({features.shape[0]},), got "
                              f"{tuple(feature_lens.shape)}")
-        with torch.no_grad():
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.trainable):
             embeddings, lengths = self.encode(features, feature_lens)
         return zero_beyond_lengths(embeddings, lengths), lengths
 
@@ -196,11 +204,15 @@ ENCODER_BUILDERS: Dict[str, Callable[..., SpeechEncoder]] = {
 
 
 def build_speech_encoder(config) -> SpeechEncoder:
-    """The frozen encoder named by ``config.encoder_type`` / ``config.encoder_path``."""
+    """The encoder named by ``config.encoder_type`` / ``config.encoder_path``, frozen
+    unless ``config.encoder_lr_scale`` > 0."""
     if not config.encoder_path:
         raise ValueError("model.encoder_path is empty: name the speech encoder's checkpoint")
     encoder = ENCODER_BUILDERS[config.encoder_type](config)
-    logging.info("speech encoder %s from %s: output width %d, %d parameters (frozen)",
+    if config.encoder_lr_scale > 0:
+        encoder.unfreeze()
+    logging.info("speech encoder %s from %s: output width %d, %d parameters (%s)",
                  config.encoder_type, config.encoder_path, encoder.output_dim,
-                 sum(p.numel() for p in encoder.parameters()))
+                 sum(p.numel() for p in encoder.parameters()),
+                 f"trained at {config.encoder_lr_scale:g} x optim.lr" if encoder.trainable else "frozen")
     return encoder

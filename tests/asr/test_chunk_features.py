@@ -211,3 +211,22 @@ def test_concatenated_training_cuts_are_their_members_back_to_back(cuts) -> None
     assert all(len(t.split()) < sum(len(c.supervisions[0].text.split()) for c in members) for t in short["texts"])
     with pytest.raises(ValueError, match="data.concatenate_seconds must be >= 0"):
         DataOptions(concatenate_seconds=-1)
+
+
+def test_a_share_of_batches_is_joined_and_a_rerun_joins_the_same(cuts) -> None:
+    """data.concatenate_probability: each batch joined or not by a draw from its own cuts
+    (and the run's seed)."""
+    import itertools
+
+    pairs = [CutSet.from_cuts(pair) for pair in itertools.combinations(cuts, 2)]
+
+    def joined(probability: float, seeds=range(25)) -> List[bool]:
+        datasets = [AsrDataset(concatenate_seconds=60, concatenate_probability=probability, seed=s) for s in seeds]
+        return [len(d[pair]["texts"]) == 1 for d in datasets for pair in pairs]
+
+    half = joined(0.5)
+    assert len(half) == 150 and 51 <= sum(half) <= 99, f"{sum(half)} of 150 joined at 0.5"  # +-4 sd
+    assert joined(0.5) == half
+    assert not any(joined(0.0, [0])) and all(joined(1.0, [0]))
+    with pytest.raises(ValueError, match=r"data.concatenate_probability must be in \[0, 1\]"):
+        DataOptions(concatenate_probability=1.5)

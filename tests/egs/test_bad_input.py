@@ -176,3 +176,20 @@ def test_a_training_folder_for_the_llm_stages_leaves_the_zipformers_folder_alone
     message = result.stdout + result.stderr
     assert "the decoding weights of exp/full_pruned_ctc as exp/full_pruned_ctc/decoding.pt" in message
     assert "exp/mine/decoding.pt" not in message
+
+
+def test_the_llm_and_its_preset_go_together(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    for args, expected in [
+        (["--llm", "smollm3"], "--llm must be tiny or smollm2, got 'smollm3'"),
+        (["--llm", "smollm2", "--llm-config", "conf/llm_ctc.yaml"],
+         "--llm-config conf/llm_ctc.yaml is a preset for --llm tiny, not --llm smollm2"),
+        (["--llm-config", "conf/llm_ce_smollm2.yaml"],
+         "--llm-config conf/llm_ce_smollm2.yaml is a preset for --llm smollm2, not --llm tiny"),
+    ]:
+        result = run_recipe(recipe, "--stage", "8", "--stop-stage", "8", *args, check=False)
+        assert result.returncode != 0 and expected in result.stdout + result.stderr, args
+    # --llm smollm2 alone takes SmolLM2's LLM-CTC preset and trains into its own folder.
+    result = run_recipe(recipe, "--stage", "8", "--stop-stage", "8", "--llm", "smollm2", check=False)
+    assert "Stage 8: train the LLM (conf/llm_ctc_smollm2.yaml) on the frozen Zipformer into " \
+           "exp/full_llm_ctc_smollm2" in result.stdout + result.stderr

@@ -30,8 +30,10 @@ REMOVED = {"model.ce_beam"}  # never read: generation searched with decode.beam
 # run.sh sets train.exp_dir itself, so no recipe run moves).
 CHANGED_DEFAULTS = {"train.exp_dir": ("exp/zipformer", "exp/zipformer_pruned_ctc")}
 # Fields added to a family's schema since, with their defaults.
-ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_chunks": 0}}
-ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1}
+ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_chunks": 0,
+                     "model.encoder_lr_scale": 0.0}}
+ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1,
+                         "data.concatenate_probability": 1.0}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
 # stage 7's tiny LM learned; egs/mini RESULTS.md; llm_ce.yaml extends it and never reads it).
 CHANGED_SINCE = {"egs/mini/conf/llm_ctc.yaml": {"model.query_init": "<|fim_pad|>"},
@@ -88,10 +90,15 @@ def test_every_preset_loads_to_its_configuration_before_the_change(row):
     assert same(reference(row), actual) == []
 
 
+# Presets written after the reference (each still checked below to restate nothing).
+NEWER = {"egs/mini/conf/llm_ctc_smollm2.yaml", "egs/mini/conf/llm_ce_smollm2.yaml"}
+
+
 def test_the_reference_covers_every_preset_a_recipe_runs():
     runnable = {str(p.relative_to(REPO)) for p in PRESETS
                 if not p.stem.endswith(("_base", "_14b", "_32b"))}
-    assert runnable == {row.partition(" + ")[0] for row in REFERENCE["presets"]}
+    assert runnable - NEWER == {row.partition(" + ")[0] for row in REFERENCE["presets"]}
+    assert NEWER <= runnable
 
 
 def own_keys(path: Path):

@@ -1,0 +1,137 @@
+"""The frozen Zipformer's own CTC WER on what streaming LLM-CTC's encoder sees (paper
+Sec. 4.3, App. D.4), beside the same model on whole utterances.
+
+Streaming LLM-CTC (``llm_ctc/streaming/encoder.py``) runs the frozen encoder on one window
+per 2 s chunk: the chunk's own features (computed per chunk) after h seconds of history,
+with no later audio, and keeps only the chunk's output frames. This program decodes those
+frames with the Zipformer's own CTC head (greedy search), so it says how much of the
+speech the streaming model can still read there, against three references on the same
+test cuts: whole utterances with the stored features (where the cuts have them), and
+whole utterances with the per-chunk features::
+
+    python -m local.chunked_encoder_wer exp/full_pruned_ctc/decoding.pt \\
+        data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --lang-dir data/full/lang_bpe_500 \\
+        --history 2 4 8
+
+It prints one line per setting (WER, errors) and writes them as a TSV with --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from lhotse import CutSet
+
+from asr.atomic_io import write_text_atomically
+from asr.chunk_features import PerChunkFeatures
+from asr.data import load_cuts_lazy
+from asr.scoring import compute_error_stats
+from asr.search import ctc_greedy_search
+from asr.tokenizer import load_tokenizer
+from llm_ctc.streaming.encoder import chunk_output_range, chunk_windows
+from llm_ctc.streaming.layout import feature_chunk_frames
+
+
+def load_zipformer(path: Path):
+    """The CTC model of a checkpoint written by asr.train (or local.export_decoding_weights)."""
+    from zipformer.model import CTCModel
+    from zipformer.presets import config_from_dict
+
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint: not found: {path}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(checkpoint, dict) or "model" not in (checkpoint.get("config") or {}):
+        raise ValueError(f"checkpoint: {path} holds no training configuration (expected one written by asr.train)")
+    model = CTCModel(config_from_dict(checkpoint["config"]["model"]))
+    model.load_state_dict(checkpoint["model"])
+    return model.eval()
+
+
+def chunked_log_probs(model, features: torch.Tensor, num_frames: int, history_seconds: int,
+                      chunk_seconds: int) -> torch.Tensor:
+    """(T', V) log-probabilities of one utterance, each chunk's frames from its own window."""
+    frames = feature_chunk_frames(num_frames, chunk_seconds)
+    windows = chunk_windows(features[:num_frames], frames, history_seconds, "zipformer", chunk_seconds)
+    lens = torch.tensor([window.shape[0] for window, _ in windows])
+    batch = features.new_zeros(len(windows), int(lens.max()), features.shape[-1])
+    for m, (window, _) in enumerate(windows):
+        batch[m, :window.shape[0]] = window
+    log_probs, _ = model.log_probs(batch, lens)
+    parts = []
+    for m, ((_, history), chunk) in enumerate(zip(windows, frames)):
+        first, count = chunk_output_range("zipformer", history, chunk)
+        parts.append(log_probs[m, first:first + count])
+    return torch.cat(parts)
+
+
+def whole_log_probs(model, features: torch.Tensor, lens: torch.Tensor) -> List[torch.Tensor]:
+    log_probs, out_lens = model.log_probs(features, lens)
+    return [log_probs[n, :int(out_lens[n])] for n in range(len(lens))]
+
+
+def evaluate(model, cuts: CutSet, tokenizer, histories: Sequence[int], chunk_seconds: int = 2,
+             batch_size: int = 8) -> Dict[str, tuple]:
+    """{setting: (WER %, errors, reference words)} for the whole-utterance references and
+    each history."""
+    per_chunk = PerChunkFeatures(chunk_seconds)
+    from lhotse.dataset.input_strategies import PrecomputedFeatures
+
+    stored = PrecomputedFeatures()
+    cut_list = list(cuts)
+    # Joined recordings (local.join_utterances) have audio only: no stored-features row.
+    with_stored = all(cut.has_features for cut in cut_list)
+    settings = ["whole, stored features", "whole, per-chunk features"] + [f"chunked, h = {h} s" for h in histories]
+    results: Dict[str, list] = {name: [] for name in settings[0 if with_stored else 1:]}
+    with torch.inference_mode():
+        for start in range(0, len(cut_list), batch_size):
+            batch = CutSet.from_cuts(cut_list[start:start + batch_size])
+            references = [tokenizer.normalize_reference(" ".join(s.text for s in c.supervisions)).split()
+                          for c in batch]
+            outputs = {settings[0]: whole_log_probs(model, *stored(batch))} if with_stored else {}
+            chunked, chunked_lens = per_chunk(batch, None)
+            outputs[settings[1]] = whole_log_probs(model, chunked, chunked_lens)
+            for h, name in zip(histories, settings[2:]):
+                outputs[name] = [chunked_log_probs(model, chunked[n], int(chunked_lens[n]), h, chunk_seconds)
+                                 for n in range(len(batch))]
+            for name, per_utterance in outputs.items():
+                for cut, reference, log_probs in zip(batch, references, per_utterance):
+                    ids = ctc_greedy_search(log_probs[None], torch.tensor([log_probs.shape[0]]),
+                                            tokenizer.blank_id)[0]
+                    results[name].append((cut.id, reference, tokenizer.decode(ids).split()))
+            logging.info("%d/%d cuts", min(start + batch_size, len(cut_list)), len(cut_list))
+    table = {}
+    for name, rows in results.items():
+        stats = compute_error_stats(rows)
+        errors = stats.insertions + stats.deletions + stats.substitutions
+        table[name] = (100.0 * errors / stats.reference_length, errors, stats.reference_length)
+    return table
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path, help="a Zipformer checkpoint written by asr.train")
+    parser.add_argument("cuts", help="test cuts with stored features and audio")
+    parser.add_argument("--lang-dir", type=Path, required=True, help="the Zipformer's lexicon folder")
+    parser.add_argument("--history", type=int, nargs="+", default=[2, 4, 8], help="h in seconds")
+    parser.add_argument("--chunk-seconds", type=int, default=2)
+    parser.add_argument("--output", type=Path, help="also write the table here (TSV)")
+    args = parser.parse_args(argv)
+    if any(h < 0 for h in args.history) or args.chunk_seconds < 1:
+        parser.error(f"--history must be >= 0 and --chunk-seconds >= 1, got {args.history} and {args.chunk_seconds}")
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
+    table = evaluate(load_zipformer(args.checkpoint), load_cuts_lazy(args.cuts, "cuts"),
+                     load_tokenizer(args.lang_dir), args.history, args.chunk_seconds)
+    lines = ["setting\tWER (%)\terrors\twords"]
+    lines += [f"{name}\t{wer:.2f}\t{errors}\t{words}" for name, (wer, errors, words) in table.items()]
+    print("\n".join(lines))
+    if args.output:
+        write_text_atomically(args.output, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""local.chunked_encoder_wer: each chunk's frames are those of its own window run alone
+(the window built here from its definition in llm_ctc/streaming/encoder.py: h seconds of
+history, the chunk, ten copies of its last frame), and every setting is scored on the
+same reference words."""
+
+import math
+
+import pytest
+import torch
+
+from local.chunked_encoder_wer import chunked_log_probs, main
+from zipformer.model import CTCModel
+from zipformer.presets import get_preset
+
+
+def tiny_zipformer(vocab_size: int) -> CTCModel:
+    torch.manual_seed(3)
+    return CTCModel(get_preset("tiny", vocab_size=vocab_size)).eval()
+
+
+@pytest.mark.parametrize("history_seconds", [1, 2, 8])
+def test_each_chunk_is_read_from_its_own_window_alone(history_seconds):
+    model = tiny_zipformer(30)
+    features = torch.randn(530, 80, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        got = chunked_log_probs(model, features, 530, history_seconds=history_seconds, chunk_seconds=2)
+        expected = []
+        for start, frames in ((0, 200), (200, 200), (400, 130)):
+            history = min(start, 100 * history_seconds)
+            window = features[start - history:start + frames]
+            window = torch.cat([window, window[-1:].repeat(10, 1)])
+            log_probs, _ = model.log_probs(window[None], torch.tensor([len(window)]))
+            expected.append(log_probs[0, math.ceil(history / 4):math.ceil((history + frames) / 4)])
+    assert got.shape[0] == math.ceil(530 / 4)
+    torch.testing.assert_close(got, torch.cat(expected), rtol=1e-4, atol=1e-4)
+
+
+def test_every_setting_is_scored_on_the_same_words(small_training_corpus, tmp_path, capsys):
+    from asr.tokenizer import load_tokenizer
+
+    vocab_size = load_tokenizer(small_training_corpus["lang"]).vocab_size
+    model = tiny_zipformer(vocab_size)
+    checkpoint = tmp_path / "epoch-1.pt"
+    torch.save({"config": {"model": model.config.to_dict()}, "model": model.state_dict()}, checkpoint)
+    output = tmp_path / "table.tsv"
+    main([str(checkpoint), str(small_training_corpus["train"]), "--lang-dir", str(small_training_corpus["lang"]),
+          "--history", "1", "2", "--output", str(output)])
+    rows = [line.split("\t") for line in output.read_text().splitlines()]
+    assert rows[0] == ["setting", "WER (%)", "errors", "words"]
+    assert [row[0] for row in rows[1:]] == ["whole, stored features", "whole, per-chunk features",
+                                            "chunked, h = 1 s", "chunked, h = 2 s"]
+    words = 2 + 2 + 3 + 3 + 2 + 3  # the six training transcripts
+    assert all(int(row[3]) == words for row in rows[1:])
+    assert all(float(row[1]) == pytest.approx(100 * int(row[2]) / words, abs=0.005) for row in rows[1:])
+    assert capsys.readouterr().out.strip() == output.read_text().strip()
+    with pytest.raises(SystemExit):
+        main([str(checkpoint), str(small_training_corpus["train"]), "--lang-dir", "x", "--history", "-1"])
