@@ -298,6 +298,8 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 def write_text(text: str, path: Path) -> None:
+    """``text`` written to a temporary name beside ``path`` (its folder made), then renamed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name("." + path.name + ".tmp")
     temporary.write_text(text)
     os.replace(temporary, path)

@@ -36,6 +36,15 @@ def load(checkpoint: Path, entry: str, paper_precision: bool):
     except (KeyError, TypeError) as error:
         raise SystemExit(f"--checkpoint: {checkpoint} is not a toolkit LLM-CTC/LLM-CE checkpoint with "
                          f"config.model and {entry!r} ({error})") from error
+    # Paths the run saved relative to its recipe folder (egs/mini: data/full/tiny_qwen3)
+    # resolve from wherever this runs, as asr.decode resolves them.
+    from asr.weights import resolve_path, run_directory
+    from llm_ctc.family import FAMILY
+
+    bases = (run_directory(checkpoint.parent, (contents.get("config", {}).get("train") or {}).get("exp_dir", "")),
+             checkpoint.parent.resolve())
+    for name in FAMILY.path_fields:
+        setattr(config, name, resolve_path(getattr(config, name), *bases))
     if paper_precision:
         config.llm_dtype = PAPER_PRECISION["llm_dtype"]
     model = build_model(config)

@@ -6,6 +6,7 @@ per-component profile (benchmarks.llm_rtf.profile) and the precision check
 import argparse
 import importlib.util
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -151,3 +152,34 @@ def test_precision_agreement_scores_both_settings_against_the_references(tmp_pat
     wer = 100 * (stats.insertions + stats.deletions + stats.substitutions) / stats.reference_length
     assert f"| as trained (FP32) | {wer:.2f}% |" in report
     assert "utterances' hypotheses differ" in report
+
+
+def test_precision_agreement_loads_a_recipe_checkpoint_from_any_folder(tmp_path, modules, monkeypatch):
+    """A recipe's checkpoint names its LLM and encoder relative to the recipe folder
+    (egs/mini: data/full/tiny_qwen3); they resolve from elsewhere as asr.decode resolves
+    them, and the report's folder is made."""
+    import os
+
+    from benchmarks.llm_rtf.precision_agreement import load
+    from benchmarks.support import write_text
+    from llm_ctc.checkpoint import checkpoint_contents
+
+    run = tmp_path / "recipe"
+    model = modules.support.build_model(argparse.Namespace(**TINY), run / "models", seed=0)
+    contents = checkpoint_contents(model)
+    for name in ("llm", "tokenizer", "encoder_path"):
+        value = contents["config"]["model"].get(name)
+        if value:
+            contents["config"]["model"][name] = os.path.relpath(value, run)
+    contents["config"]["train"] = {"exp_dir": "exp/m"}
+    checkpoint = run / "exp" / "m" / "checkpoint-1.pt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save(contents, checkpoint)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = load(checkpoint, "trainable", False)
+    assert Path(loaded.config.llm) == Path(model.config.llm).resolve()
+    assert Path(loaded.config.encoder_path) == Path(model.config.encoder_path).resolve()
+    write_text("report\n", elsewhere / "new" / "folder" / "report.md")
+    assert (elsewhere / "new" / "folder" / "report.md").read_text() == "report\n"
