@@ -81,22 +81,12 @@ class ZipformerSpeechEncoder(SpeechEncoder):
 
     def __init__(self, checkpoint_path: str, entry: str = "model", dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
-        from zipformer.model import CTCModel
-        from zipformer.presets import config_from_dict
+        from zipformer.model import load_ctc_checkpoint
 
-        path = Path(checkpoint_path)
-        if not path.is_file():
-            raise FileNotFoundError(f"model.encoder_path: Zipformer checkpoint not found: {path}")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        config = checkpoint.get("config") if isinstance(checkpoint, dict) else None
-        if not config or "model" not in config:
-            raise ValueError(f"model.encoder_path: {path} holds no training configuration "
-                             "(expected a checkpoint written by asr.train)")
-        if checkpoint.get(entry) is None:
-            raise KeyError(f"model.encoder_path: {path} has no '{entry}' entry "
-                           "(model.encoder_checkpoint_entry)")
-        model = CTCModel(config_from_dict(config["model"]))
-        model.load_state_dict(checkpoint[entry])
+        try:
+            model = load_ctc_checkpoint(checkpoint_path, entry, "model.encoder_path")
+        except KeyError as error:
+            raise KeyError(f"{error.args[0]} (model.encoder_checkpoint_entry)") from None
         self.zipformer = model.encoder.to(dtype)
         self.output_dim = model.config.output_dim
         self.feature_dim = model.config.feature_dim

@@ -34,21 +34,7 @@ from asr.search import ctc_greedy_search
 from asr.tokenizer import load_tokenizer
 from llm_ctc.streaming.encoder import chunk_output_range, chunk_windows
 from llm_ctc.streaming.layout import feature_chunk_frames
-
-
-def load_zipformer(path: Path):
-    """The CTC model of a checkpoint written by asr.train (or local.export_decoding_weights)."""
-    from zipformer.model import CTCModel
-    from zipformer.presets import config_from_dict
-
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint: not found: {path}")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(checkpoint, dict) or "model" not in (checkpoint.get("config") or {}):
-        raise ValueError(f"checkpoint: {path} holds no training configuration (expected one written by asr.train)")
-    model = CTCModel(config_from_dict(checkpoint["config"]["model"]))
-    model.load_state_dict(checkpoint["model"])
-    return model.eval()
+from zipformer.model import load_ctc_checkpoint
 
 
 def chunked_log_probs(model, features: torch.Tensor, num_frames: int, history_seconds: int,
@@ -124,7 +110,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if any(h < 0 for h in args.history) or args.chunk_seconds < 1:
         parser.error(f"--history must be >= 0 and --chunk-seconds >= 1, got {args.history} and {args.chunk_seconds}")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
-    table = evaluate(load_zipformer(args.checkpoint), load_cuts_lazy(args.cuts, "cuts"),
+    table = evaluate(load_ctc_checkpoint(args.checkpoint).eval(), load_cuts_lazy(args.cuts, "cuts"),
                      load_tokenizer(args.lang_dir), args.history, args.chunk_seconds)
     lines = ["setting\tWER (%)\terrors\twords"]
     lines += [f"{name}\t{wer:.2f}\t{errors}\t{words}" for name, (wer, errors, words) in table.items()]

@@ -8,6 +8,7 @@ caller's bf16/fp16 autocast; dropout, head and loss run in FP32.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -97,6 +98,27 @@ class CTCModel(Recognizer):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def load_ctc_checkpoint(path: Union[str, os.PathLike], entry: str = "model", option: str = "checkpoint") -> CTCModel:
+    """The CTC model of a checkpoint file written by ``asr.train`` (or
+    ``local.export_decoding_weights``), its ``entry`` weights loaded; errors name ``option``."""
+    from pathlib import Path
+
+    from zipformer.presets import config_from_dict
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{option}: Zipformer checkpoint not found: {path}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    config = checkpoint.get("config") if isinstance(checkpoint, dict) else None
+    if not config or "model" not in config:
+        raise ValueError(f"{option}: {path} holds no training configuration (expected a checkpoint written by asr.train)")
+    if checkpoint.get(entry) is None:
+        raise KeyError(f"{option}: {path} has no '{entry}' entry")
+    model = CTCModel(config_from_dict(config["model"]))
+    model.load_state_dict(checkpoint[entry])
+    return model
 
 
 def parameter_groups(model: nn.Module, lr: float) -> List[dict]:
