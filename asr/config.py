@@ -57,7 +57,7 @@ DEFAULT_FAMILY = "zipformer"
 CHANGEABLE_ON_RESUME = (
     "train.num_epochs", "train.start_epoch", "train.start_batch", "train.exp_dir", "train.auto_resume",
     "train.log_interval", "train.valid_interval", "train.save_every_n", "train.keep_last_k",
-    "train.max_batches", "train.tensorboard", "train.device", "train.zero1", "train.accum_grad",
+    "train.max_batches", "train.tensorboard", "train.device", "train.zero1", "train.accum_grad", "train.init_from",
     "data.num_workers",
     "data.train_cuts", "data.valid_cuts", "data.musan_cuts", "train.lang_dir", "decode",
 )
@@ -175,6 +175,12 @@ class TrainOptions:
     # save_every_n, average_period, valid_interval, log_interval, the schedules) counts
     # updates; checkpoints fall on update boundaries only (asr/train.py).
     accum_grad: int = 1
+    # Fine-tuning (ESPnet's --init_param, icefall's --finetune-ckpt): the model weights
+    # of this checkpoint file (its "model" entry, as asr.train and
+    # local.export_decoding_weights write it) start the run instead of a random
+    # initialization; the optimizer and schedule start afresh. A resumed run continues
+    # from its own checkpoint. Empty: random initialization.
+    init_from: str = ""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

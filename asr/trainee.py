@@ -26,7 +26,10 @@ def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blan
     through DDP and, with ``train.zero1``, the optimizer state is sharded."""
     options = config.train
     family = load_family(config.family)
-    model = family.build_model(config.model, vocab_size, blank_id).to(device)
+    model = family.build_model(config.model, vocab_size, blank_id)
+    if options.init_from:
+        initialize_from(model, options.init_from)
+    model = model.to(device)
     optimizer, scheduler = family.build_optimizer(model, config.optim)
     trained_model: torch.nn.Module = model
     if world_size > 1:
@@ -39,6 +42,24 @@ def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blan
         logging.info("train.zero1 has no effect in a single process")
     return Trainee(model, optimizer, scheduler, make_grad_scaler(options.precision, device), options.precision,
                    device, schedule_units_per_batch(config, world_size), trained_model)
+
+
+def initialize_from(model: torch.nn.Module, path: str) -> None:
+    """Load the "model" entry of the checkpoint ``path`` (``train.init_from``) into ``model``;
+    errors name the option, the file and what does not fit."""
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"train.init_from: checkpoint not found: {path}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(checkpoint, dict) or checkpoint.get("model") is None:
+        raise ValueError(f"train.init_from: {path} has no 'model' entry (expected a checkpoint written by asr.train "
+                         "or local.export_decoding_weights)")
+    try:
+        model.load_checkpoint_state_dict(checkpoint["model"])
+    except RuntimeError as error:
+        raise ValueError(f"train.init_from: the weights of {path} do not fit this model: {error}") from None
+    logging.info("model initialized from the weights of %s", path)
 
 
 def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:

@@ -3,7 +3,8 @@ Sec. 4.3, App. D.4), beside the same model on whole utterances.
 
 Streaming LLM-CTC (``llm_ctc/streaming/encoder.py``) runs the frozen encoder on one window
 per 2 s chunk: the chunk's own features (computed per chunk) after h seconds of history,
-with no later audio, and keeps only the chunk's output frames. This program decodes those
+with no later audio, and keeps only the chunk's output frames (``zipformer/windows.py``,
+which a Zipformer trained with ``model.streaming`` also runs). This program decodes those
 frames with the Zipformer's own CTC head (greedy search), so it says how much of the
 speech the streaming model can still read there, against three references on the same
 test cuts: whole utterances with the stored features (where the cuts have them), and
@@ -32,30 +33,23 @@ from asr.data import load_cuts_lazy
 from asr.scoring import compute_error_stats
 from asr.search import ctc_greedy_search
 from asr.tokenizer import load_tokenizer
-from llm_ctc.streaming.encoder import chunk_output_range, chunk_windows
-from llm_ctc.streaming.layout import feature_chunk_frames
 from zipformer.model import load_ctc_checkpoint
+from zipformer.windows import windowed_encode
 
 
 def chunked_log_probs(model, features: torch.Tensor, num_frames: int, history_seconds: int,
                       chunk_seconds: int) -> torch.Tensor:
     """(T', V) log-probabilities of one utterance, each chunk's frames from its own window."""
-    frames = feature_chunk_frames(num_frames, chunk_seconds)
-    windows = chunk_windows(features[:num_frames], frames, history_seconds, "zipformer", chunk_seconds)
-    lens = torch.tensor([window.shape[0] for window, _ in windows])
-    batch = features.new_zeros(len(windows), int(lens.max()), features.shape[-1])
-    for m, (window, _) in enumerate(windows):
-        batch[m, :window.shape[0]] = window
-    log_probs, _ = model.log_probs(batch, lens)
-    parts = []
-    for m, ((_, history), chunk) in enumerate(zip(windows, frames)):
-        first, count = chunk_output_range("zipformer", history, chunk)
-        parts.append(log_probs[m, first:first + count])
-    return torch.cat(parts)
+    encoded, lens = windowed_encode(model.encoder, features[None, :num_frames], torch.tensor([num_frames]),
+                                    history_seconds, chunk_seconds)
+    return model.head(encoded[0, :int(lens[0])].float()).log_softmax(dim=-1)
 
 
 def whole_log_probs(model, features: torch.Tensor, lens: torch.Tensor) -> List[torch.Tensor]:
-    log_probs, out_lens = model.log_probs(features, lens)
+    """Per utterance (T', V) log-probabilities of the encoder run on whole utterances (also
+    for a model trained on chunk windows, whose own ``log_probs`` runs windows)."""
+    encoded, out_lens = model.encoder(features, lens)
+    log_probs = model.head(encoded.float()).log_softmax(dim=-1)
     return [log_probs[n, :int(out_lens[n])] for n in range(len(lens))]
 
 

@@ -263,6 +263,10 @@ def export_model(model: CTCModel, token_entries: Sequence[Tuple[str, int]], outp
     graph that fails it is deleted).
     """
     config = model.config
+    if config.streaming:
+        raise ValueError("this model reads chunk windows (model.streaming, zipformer/windows.py); an ONNX graph of "
+                         "its encoder would read whole utterances in sherpa-onnx's offline CTC and so decode "
+                         "differently: export a model trained without model.streaming")
     entries = check_token_table(token_entries, config.vocab_size, config.blank_id, token_source)
     output_dir.mkdir(parents=True, exist_ok=True)
     model = model.to("cpu").float().eval()

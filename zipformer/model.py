@@ -2,7 +2,9 @@
 
 The head's weight and bias go straight to the loss, so training never forms (N, T, V)
 logits (paper Sec. 3). Mixed precision (paper App. C.2): the encoder runs under the
-caller's bf16/fp16 autocast; dropout, head and loss run in FP32.
+caller's bf16/fp16 autocast; dropout, head and loss run in FP32. With
+``model.streaming`` the encoder runs on chunk windows (:mod:`zipformer.windows`), one
+history h per training update (:func:`asr.chunk_windows.history_for_step`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from asr.chunk_windows import history_for_step
 from asr.family import Recognizer
 from zipformer.encoder import ZipformerEncoder, encoder_output_lengths
 from zipformer.presets import ZipformerConfig
 from zipformer.scaling import set_batch_count
+from zipformer.windows import windowed_encode, windowed_output_lengths
 
 Targets = Union[Sequence[Sequence[int]], Tensor]
 
@@ -37,6 +41,7 @@ class CTCModel(Recognizer):
         self.encoder = ZipformerEncoder(config)
         self.dropout = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(config.output_dim, config.vocab_size)
+        self.update = 0  # the training update (start_update), which keys a streaming model's h
 
     @property
     def feature_dim(self) -> int:
@@ -47,10 +52,23 @@ class CTCModel(Recognizer):
         duration-adjusted batch count, icefall's ScheduledFloat
         (egs/librispeech/ASR/zipformer/scaling.py)."""
         set_batch_count(self, batch_count)
+        self.update = int(update)
+
+    def history_seconds(self) -> int:
+        """A streaming model's history h: drawn for this update in training,
+        ``streaming_max_history`` in evaluation."""
+        if not self.training:
+            return self.config.streaming_max_history
+        return history_for_step(self.config.streaming_seed, self.update, self.config.streaming_max_history)
 
     def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
-        """Encoder output in FP32 (N, T', D) and its lengths (N,)."""
-        encoder_out, encoder_out_lens = self.encoder(features, feature_lens)
+        """Encoder output in FP32 (N, T', D) and its lengths (N,): of whole utterances, or
+        of chunk windows for a streaming model."""
+        if self.config.streaming:
+            encoder_out, encoder_out_lens = windowed_encode(self.encoder, features, feature_lens,
+                                                            self.history_seconds(), self.config.streaming_chunk_seconds)
+        else:
+            encoder_out, encoder_out_lens = self.encoder(features, feature_lens)
         return encoder_out.float(), encoder_out_lens
 
     def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets, return_stats: bool = False,
@@ -80,6 +98,8 @@ class CTCModel(Recognizer):
 
     def output_lengths(self, num_frames):
         """Model frames (T') for ``num_frames`` feature frames, an int or a tensor."""
+        if self.config.streaming:
+            return windowed_output_lengths(num_frames, self.config.streaming_chunk_seconds)
         return encoder_output_lengths(num_frames)
 
     def loss_function(self):

@@ -66,6 +66,19 @@ class ZipformerConfig:
     # None takes pruned_ctc's defaults, alignment_beam=inf keeps every alignment.
     chunk_size: Optional[int] = None
     alignment_beam: Optional[float] = None
+    # Chunk-window training (paper Sec. 4.3, App. D.4): an encoder for bounded-history
+    # streaming. With ``streaming`` every utterance is cut into chunks of
+    # ``streaming_chunk_seconds``; each chunk's window (the h seconds before it and the
+    # chunk, no later audio) runs as an independent sequence and only the chunk's frames
+    # are kept (zipformer/windows.py). Training draws h per update as streaming LLM-CTC
+    # does (``streaming_max_history`` s with probability 1/2, each shorter whole second
+    # equally often, from ``streaming_seed`` and the update number); validation and
+    # decoding use h = ``streaming_max_history``, what a chunk-by-chunk decoder computes.
+    # The features are computed per chunk (data.feature_chunk_seconds follows).
+    streaming: bool = False
+    streaming_chunk_seconds: int = 2
+    streaming_max_history: int = 8
+    streaming_seed: int = 0
 
     # A preset name is accepted where a model section is read (asr.config.build_section).
     extra_keys: ClassVar[Dict[str, str]] = {"preset": "str"}
@@ -122,6 +135,13 @@ class ZipformerConfig:
                              f"{self.regularization_scale}")
         if self.pos_dim % 2 != 0:
             raise ValueError(f"pos_dim must be even, got {self.pos_dim}")
+        if self.streaming_chunk_seconds < 1 or self.streaming_max_history < 1 or self.streaming_seed < 0:
+            raise ValueError("streaming_chunk_seconds and streaming_max_history must be >= 1, streaming_seed >= 0, "
+                             f"got {self.streaming_chunk_seconds}, {self.streaming_max_history} and "
+                             f"{self.streaming_seed}")
+        if self.streaming and self.output_downsampling_factor != 2:
+            raise ValueError("streaming (chunk windows) needs output_downsampling_factor 2 (25 frames per second), "
+                             f"got {self.output_downsampling_factor}")
 
     def to_dict(self) -> Dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v)

@@ -28,10 +28,11 @@ from typing import List
 
 import torch
 
+from asr.chunk_windows import feature_chunk_frames
 from benchmarks.support import provenance_lines, write_csv, write_text
 from llm_ctc.head import head_logits
 from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states
-from llm_ctc.streaming.layout import Qwen3ASRGrid, feature_chunk_frames, utterance_layout
+from llm_ctc.streaming.layout import Qwen3ASRGrid, utterance_layout
 
 CONDITIONS = [("eager", torch.float32), ("eager", torch.bfloat16), ("sdpa", torch.float32), ("sdpa", torch.bfloat16)]
 

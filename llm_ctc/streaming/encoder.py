@@ -8,10 +8,8 @@ chunk's F frames (H a multiple of 100: chunks start on whole seconds):
 
 * Qwen3-ASR: windows of 100 mel frames give 13 frames each, so the chunk's are the last
   13 floor(F/100) + ceil((F mod 100)/8) (App. E), starting at 13 H / 100.
-* Zipformer (25 frames/s, T' = ((T - 7) // 2 + 1) // 2): encoder frame i stands for
-  feature frames [4i, 4i + 4); the chunk's are i in [ceil(H/4), ceil((H + F)/4)). The
-  window is extended by copies of its last frame (not by later audio) so that the
-  subsampling's edge loss still leaves those frames.
+* Zipformer: :mod:`zipformer.windows` (25 frames per second; the window is extended by
+  copies of its last frame, not by later audio).
 
 The projector then runs per chunk (a stacking projector groups from the chunk start),
 giving the :func:`streaming_grid`'s T_b embeddings.
@@ -24,11 +22,10 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from llm_ctc.streaming.layout import (TICKS_PER_SECOND, FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout,
-                                      utterance_layout)
-
-ZIPFORMER_FRAMES_PER_OUTPUT = 4
-ZIPFORMER_RIGHT_PADDING = 10  # ((T + 10 - 7) // 2 + 1) // 2 >= ceil(T / 4) for every T >= 1
+from asr.chunk_windows import chunk_windows as feature_windows
+from asr.chunk_windows import feature_chunk_frames, padded_batch
+from llm_ctc.streaming.layout import FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout, utterance_layout
+from zipformer import windows as zipformer_windows
 
 
 def streaming_grid(config) -> TimeGrid:
@@ -38,49 +35,41 @@ def streaming_grid(config) -> TimeGrid:
             raise ValueError("streaming with the Qwen3-ASR encoder needs model.projector_type 'mlp'")
         return Qwen3ASRGrid()
     stack = config.projector_stack if config.projector_type == "stack" else 1
-    return FrameRateGrid(ZIPFORMER_FRAMES_PER_OUTPUT * stack)
+    return FrameRateGrid(zipformer_windows.FRAMES_PER_OUTPUT * stack)
 
 
 def chunk_output_range(encoder_type: str, history_frames: int, chunk_frames: int) -> Tuple[int, int]:
     """(first encoder frame of the chunk in its window, number of them)."""
     if encoder_type == "qwen3_asr":
         return 13 * (history_frames // 100), Qwen3ASRGrid().count(chunk_frames)
-    first = -(-history_frames // ZIPFORMER_FRAMES_PER_OUTPUT)
-    return first, -(-(history_frames + chunk_frames) // ZIPFORMER_FRAMES_PER_OUTPUT) - first
+    return zipformer_windows.chunk_output_range(history_frames, chunk_frames)
 
 
-def chunk_windows(features: Tensor, chunk_frames: Sequence[int], history_seconds: int, encoder_type: str,
+def chunk_windows(features: Tensor, history_seconds: int, encoder_type: str,
                   chunk_seconds: int = 2) -> List[Tuple[Tensor, int]]:
     """(window features, history frames) per chunk of one utterance's (T, F) features."""
-    windows, full = [], chunk_seconds * TICKS_PER_SECOND
-    for b, frames in enumerate(chunk_frames):
-        start = b * full
-        history = min(start, TICKS_PER_SECOND * history_seconds)
-        windows.append(make_window(features[start - history:start], features[start:start + frames], encoder_type))
-    return windows
+    return [make_window(history, chunk, encoder_type)
+            for history, chunk in feature_windows(features, chunk_seconds, history_seconds)]
 
 
 def make_window(history: Tensor, chunk: Tensor, encoder_type: str) -> Tuple[Tensor, int]:
     """(encoder input, history frames) from the history's and the chunk's features."""
-    window = torch.cat([history, chunk])
     if encoder_type != "qwen3_asr":
-        window = torch.cat([window, window[-1:].expand(ZIPFORMER_RIGHT_PADDING, -1)])
-    return window, history.shape[0]
+        return zipformer_windows.window_input(history, chunk)
+    return torch.cat([history, chunk]), history.shape[0]
 
 
 def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, history_seconds: int,
                                 chunk_seconds: int = 2) -> Tuple[Tensor, List[UtteranceLayout]]:
     """Projected speech (N, T_n max, D) of every chunk of a padded batch, in chunk order,
     and the utterances' layouts."""
-    from llm_ctc.streaming.layout import feature_chunk_frames
-
     config, grid = model.config, streaming_grid(model.config)
     prompt_len = len(model.prompt_ids)
     layouts, windows = [], []
     for n in range(features.shape[0]):
         frames = feature_chunk_frames(int(feature_lens[n]), chunk_seconds)
         layouts.append(utterance_layout(prompt_len, frames, grid, chunk_seconds))
-        windows += chunk_windows(features[n, :int(feature_lens[n])], frames, history_seconds, config.encoder_type,
+        windows += chunk_windows(features[n, :int(feature_lens[n])], history_seconds, config.encoder_type,
                                  chunk_seconds)
     all_frames = [f for layout in layouts for f in layout.chunk_frames]
     embeddings = chunk_embeddings(model, windows, all_frames)
@@ -97,10 +86,7 @@ def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, h
 def chunk_embeddings(model, windows: Sequence[Tuple[Tensor, int]], chunk_frames: Sequence[int]) -> List[Tensor]:
     """Projected embeddings (T_b, D) of each chunk from its (window, history frames)."""
     config = model.config
-    lens = torch.tensor([window.shape[0] for window, _ in windows])
-    batch = windows[0][0].new_zeros(len(windows), int(lens.max()), windows[0][0].shape[1])
-    for m, (window, _) in enumerate(windows):
-        batch[m, :window.shape[0]] = window
+    batch, lens = padded_batch([window for window, _ in windows])
     encoded, encoded_lens = model.encoder(batch.to(model.device), lens.to(model.device))
     ranges = [chunk_output_range(config.encoder_type, history, frames)
               for (_, history), frames in zip(windows, chunk_frames)]

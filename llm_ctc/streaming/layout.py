@@ -69,14 +69,6 @@ def qwen3_asr_chunk_frames(num_samples: int, chunk_seconds: int = 2) -> List[int
     return [-(-max(size, WINDOW_SAMPLES) // HOP_SAMPLES) for size in sizes]
 
 
-def feature_chunk_frames(num_frames: int, chunk_seconds: int = 2) -> List[int]:
-    """F_b per nonempty chunk of ``num_frames`` feature frames at 100 per second."""
-    if num_frames < 1:
-        raise ValueError(f"num_frames must be >= 1, got {num_frames}")
-    per_chunk = chunk_seconds * TICKS_PER_SECOND
-    return [min(per_chunk, num_frames - start) for start in range(0, num_frames, per_chunk)]
-
-
 @dataclass
 class UtteranceLayout:
     """One utterance's streaming LLM sequence (positions 0-based, prompt first).

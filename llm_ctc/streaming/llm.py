@@ -7,7 +7,6 @@
   [E_b, Q_b] against the KV cache with explicit absolute position ids, then eviction of
   every non-prompt entry with tau < a_b + 0.01 F_b - h. Retained entries keep their
   original positions: cached keys are stored already rotated, so rows are only dropped.
-* :func:`sample_history` / :func:`history_for_step`: the per-microbatch history of App. D.4.
 
 Both paths take projected speech embeddings (from :mod:`llm_ctc.streaming.encoder` or
 fixed, as in App. E's fixed-input checks) and the same :class:`UtteranceLayout` rule.
@@ -24,33 +23,6 @@ from torch import Tensor
 from llm_ctc.language_model import backbone_states
 from llm_ctc.streaming.layout import TICKS_PER_SECOND, TimeGrid, UtteranceLayout, evictable
 from llm_ctc.streaming.mask import additive, streaming_mask, visibility
-
-
-def history_weights(max_history: int = 8) -> Tuple[float, ...]:
-    """P(h) for h = 1 .. max_history (App. D.4 with max_history = 8: 8 s with probability
-    1/2, each of 1-7 s with 1/14): the longest history half the time, the rest uniform."""
-    if max_history < 1:
-        raise ValueError(f"max_history must be >= 1, got {max_history}")
-    if max_history == 1:
-        return (1.0,)
-    return (1 / (2 * (max_history - 1)),) * (max_history - 1) + (1 / 2,)
-
-
-def sample_history(generator: torch.Generator, max_history: int = 8) -> int:
-    """h in seconds for one microbatch (App. D.4): ``max_history`` (8) with probability
-    1/2, each of 1 .. max_history - 1 equally often."""
-    weights = torch.tensor(history_weights(max_history), dtype=torch.float64)
-    return int(torch.multinomial(weights, 1, generator=generator)) + 1
-
-
-def history_for_step(seed: int, step: int, max_history: int = 8) -> int:
-    """The history of training step ``step``, a function of (seed, step) only: a resumed
-    run draws the same h for the same step whatever else consumed random numbers."""
-    if not 0 <= step < 2 ** 32 or seed < 0:
-        raise ValueError(f"step must be in [0, 2**32) and seed >= 0, got step {step} and seed {seed}")
-    # Python's generator takes every bit of the seed (torch's CPU generator keeps 32).
-    rng = random.Random((seed << 32) + step)
-    return rng.choices(range(1, max_history + 1), weights=history_weights(max_history))[0]
 
 
 def _prompt(model) -> Tensor:

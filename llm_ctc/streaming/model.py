@@ -34,13 +34,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from asr.chunk_windows import history_for_step
 from asr.decode_methods import CTC_SEARCH, CTC_SEARCHES, STREAMING
 from asr.family import FrameCount
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.model import LLMCTCModel, Targets
 from llm_ctc.streaming.encoder import streaming_grid, streaming_speech_embeddings
 from llm_ctc.streaming.layout import TICKS_PER_SECOND, cache_bound, streaming_frame_count
-from llm_ctc.streaming.llm import (history_for_step, parallel_query_states, position_offsets_for_step,
+from llm_ctc.streaming.llm import (parallel_query_states, position_offsets_for_step,
                                    streaming_training_loss)
 
 

@@ -224,3 +224,35 @@ def test_the_schedules_advance_by_the_audio_of_every_accumulated_microbatch() ->
 
     config = load_run_config(None, ["data.max_duration=100", "train.accum_grad=2"])
     assert schedule_units_per_batch(config, world_size=8) == 100 * 8 * 2 / 600
+
+
+def test_init_from_starts_the_run_from_another_runs_weights(corpus: Dict[str, Path], uninterrupted: Path,
+                                                            tmp_path: Path) -> None:
+    """train.init_from: the first update starts from the named checkpoint's model (a
+    learning rate of 1e-30 leaves it there), here for a Zipformer trained on chunk
+    windows (model.streaming) from a whole-utterance one."""
+    source = load(uninterrupted / "epoch-2.pt")["model"]
+    main(arguments(corpus, tmp_path / "init", f"train.init_from={uninterrupted / 'epoch-2.pt'}", "model.streaming=true",
+                   "model.streaming_max_history=1", "optim.base_lr=1e-30", "train.max_batches=1"))
+    started = load(tmp_path / "init" / "checkpoint-1.pt")
+    assert started["config"]["data"]["feature_chunk_seconds"] == 2
+    for name, tensor in source.items():
+        torch.testing.assert_close(started["model"][name], tensor, rtol=1e-6, atol=1e-6)
+    main(arguments(corpus, tmp_path / "random", "optim.base_lr=1e-30", "train.max_batches=1"))
+    fresh = load(tmp_path / "random" / "checkpoint-1.pt")["model"]
+    assert any(not torch.allclose(fresh[name], tensor) for name, tensor in source.items())
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda folder: folder / "missing.pt", "train.init_from: checkpoint not found"),
+    (lambda folder: torch.save({"epoch": 1}, folder / "no_model.pt") or folder / "no_model.pt",
+     "has no 'model' entry"),
+    (lambda folder: torch.save({"model": {"head.weight": torch.zeros(3, 3)}}, folder / "other.pt") or folder / "other.pt",
+     "train.init_from: the weights of .*other.pt do not fit this model"),
+])
+def test_init_from_errors_name_the_option_and_the_file(corpus: Dict[str, Path], tmp_path: Path, make,
+                                                       message: str) -> None:
+    path = make(tmp_path)
+    with pytest.raises(SystemExit, match=message):
+        main(arguments(corpus, tmp_path / "exp", f"train.init_from={path}", "train.max_batches=1"))
+    assert not (tmp_path / "exp").exists()

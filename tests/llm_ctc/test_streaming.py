@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 import torch
 
-from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states, sample_history, streaming_loss
+from asr.chunk_windows import sample_history
+from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states, streaming_loss
 from llm_ctc.streaming.layout import Qwen3ASRGrid, utterance_layout
 from references.ctc_reference import dense_reference
 from references.tiny_llm import WIDTH, states_of_one_sequence

@@ -6,9 +6,10 @@ import dataclasses
 import pytest
 import torch
 
-from llm_ctc.streaming.llm import history_for_step, parallel_query_states
+from asr.chunk_windows import feature_chunk_frames, history_for_step
+from llm_ctc.streaming.llm import parallel_query_states
 from llm_ctc.streaming.encoder import streaming_speech_embeddings
-from llm_ctc.streaming.layout import FrameRateGrid, Qwen3ASRGrid, cache_bound, feature_chunk_frames, utterance_layout
+from llm_ctc.streaming.layout import FrameRateGrid, Qwen3ASRGrid, cache_bound, utterance_layout
 from references.ctc_reference import dense_reference
 from references.tiny_llm import perturb_lora, random_features
 

@@ -13,7 +13,7 @@ import torch
 
 from asr.train import main as train
 from references.tiny_llm import tiny_llm_training_arguments
-from llm_ctc.streaming.llm import history_for_step
+from asr.chunk_windows import history_for_step
 
 STREAMING = ["model.streaming=true", "model.readout=query", "model.streaming_chunk_seconds=1",
              "model.streaming_max_history=2", "model.streaming_seed=4", "data.enable_spec_aug=true"]

@@ -1,0 +1,85 @@
+"""The Zipformer on chunk windows (paper Sec. 4.3, App. D.4): for each chunk the encoder
+reads the h seconds before it and the chunk (:mod:`asr.chunk_windows`) as an independent
+sequence, and keeps only the chunk's output frames.
+
+The Zipformer gives 25 frames per second, T' = ((T - 7) // 2 + 1) // 2: encoder frame i
+stands for feature frames [4i, 4i + 4). For a window of H history frames (a multiple of
+100: chunks start on whole seconds) and the chunk's F frames, the chunk's outputs are i in
+[ceil(H / 4), ceil((H + F) / 4)), ceil(F / 4) of them. The window is extended by copies of
+its last frame (not by later audio) so that the subsampling's edge loss still leaves those
+frames; an utterance of T frames so gives sum_b ceil(F_b / 4) frames.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from asr.chunk_windows import chunk_windows, feature_chunk_frames, padded_batch
+
+FRAMES_PER_OUTPUT = 4
+RIGHT_PADDING = 10  # ((T + 10 - 7) // 2 + 1) // 2 >= ceil(T / 4) for every T >= 1
+
+
+def chunk_output_range(history_frames: int, chunk_frames: int) -> Tuple[int, int]:
+    """(first encoder frame of the chunk in its window, number of them)."""
+    first = -(-history_frames // FRAMES_PER_OUTPUT)
+    return first, -(-(history_frames + chunk_frames) // FRAMES_PER_OUTPUT) - first
+
+
+def window_input(history: Tensor, chunk: Tensor) -> Tuple[Tensor, int]:
+    """(encoder input, history frames) of one chunk from its history's and its features."""
+    window = torch.cat([history, chunk])
+    return torch.cat([window, window[-1:].expand(RIGHT_PADDING, -1)]), history.shape[0]
+
+
+def windowed_output_lengths(num_frames, chunk_seconds: int):
+    """Encoder frames of utterances of ``num_frames`` feature frames run as chunk windows
+    (an int or a tensor): sum_b ceil(F_b / 4)."""
+    if isinstance(num_frames, Tensor):
+        return torch.tensor([windowed_output_lengths(int(n), chunk_seconds) for n in num_frames.reshape(-1)],
+                            dtype=torch.long, device=num_frames.device).reshape(num_frames.shape)
+    if num_frames < 1:
+        return 0
+    return sum(-(-frames // FRAMES_PER_OUTPUT) for frames in feature_chunk_frames(int(num_frames), chunk_seconds))
+
+
+def windowed_encode(encoder, features: Tensor, feature_lens: Tensor, history_seconds: int,
+                    chunk_seconds: int) -> Tuple[Tensor, Tensor]:
+    """The encoder's output (N, T' max, D) of a padded batch run chunk window by chunk
+    window (all windows of all utterances as one batch), each utterance's chunks' frames in
+    chunk order, and T' (N,)."""
+    windows: List[Tuple[Tensor, int]] = []
+    counts: List[int] = []
+    for n in range(features.shape[0]):
+        pieces = chunk_windows(features[n, :int(feature_lens[n])], chunk_seconds, history_seconds)
+        windows += [window_input(history, chunk) for history, chunk in pieces]
+        counts.append(len(pieces))
+    batch, lens = padded_batch([window for window, _ in windows])
+    encoded, encoded_lens = encoder(batch, lens.to(features.device))
+    parts = chunk_parts(encoded, encoded_lens, [history for _, history in windows],
+                        [window.shape[0] - history - RIGHT_PADDING for window, history in windows])
+    utterances, out_lens, index = [], [], 0
+    for count in counts:
+        utterances.append(torch.cat(parts[index:index + count]))
+        index += count
+        out_lens.append(utterances[-1].shape[0])
+    out = encoded.new_zeros(features.shape[0], max(out_lens), encoded.shape[-1])
+    for n, frames in enumerate(utterances):
+        out[n, :frames.shape[0]] = frames
+    return out, torch.tensor(out_lens, dtype=torch.long, device=features.device)
+
+
+def chunk_parts(encoded: Tensor, encoded_lens: Tensor, history_frames: Sequence[int],
+                chunk_frames: Sequence[int]) -> List[Tensor]:
+    """Each window's chunk frames (ceil(F / 4), D) out of the encoded windows (M, L, D)."""
+    parts = []
+    for m, (history, frames) in enumerate(zip(history_frames, chunk_frames)):
+        first, count = chunk_output_range(history, frames)
+        if first + count > int(encoded_lens[m]):
+            raise RuntimeError(f"chunk window {m} gave {int(encoded_lens[m])} encoder frames, "
+                               f"fewer than the {first + count} its chunk needs")
+        parts.append(encoded[m, first:first + count])
+    return parts
