@@ -193,3 +193,13 @@ def test_the_llm_and_its_preset_go_together(recipe_copy, run_recipe):
     result = run_recipe(recipe, "--stage", "8", "--stop-stage", "8", "--llm", "smollm2", check=False)
     assert "Stage 8: train the LLM (conf/llm_ctc_smollm2.yaml) on the frozen Zipformer into " \
            "exp/full_llm_ctc_smollm2" in result.stdout + result.stderr
+
+
+def test_stage_10_names_its_two_folders_and_needs_stage_7(recipe_copy, run_recipe):
+    recipe = recipe_copy("mini")
+    result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
+    message = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "into exp/full_llm_ctc_streaming on exp/full_pruned_ctc fine-tuned on chunk windows " \
+           "(exp/full_pruned_ctc_streaming)" in message
+    assert "stage 10 needs stage 7's exp/full_pruned_ctc/decoding.pt (run --stage 7 first)" in message
