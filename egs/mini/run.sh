@@ -179,9 +179,11 @@ fi
 # ctc-prefix-beam-search at h = 8 s), then the per-chunk compute and cache size over a
 # 60 s input made of test utterances. Each training utterance's positions are shifted by
 # 0-30 chunks (60 s), as deep in a long stream: the tiny LM never saw positions beyond a
-# sentence (RESULTS.md, "Streaming").
+# sentence (RESULTS.md, "Streaming"), and half of the batches join their sentences back to
+# back into examples of up to 10 s, so that sentences start inside chunks as in a long stream.
 streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
-  model.streaming_max_history=8 model.streaming_position_offset_chunks=30)
+  model.streaming_max_history=8 model.streaming_position_offset_chunks=30
+  data.concatenate_seconds=10 data.concatenate_probability=0.5)
 streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming
 streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
