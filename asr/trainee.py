@@ -46,7 +46,10 @@ def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blan
 
 def initialize_from(model: torch.nn.Module, path: str) -> None:
     """Load the "model" entry of the checkpoint ``path`` (``train.init_from``) into ``model``;
-    errors name the option, the file and what does not fit."""
+    errors name the option, the file and what does not fit. Weights this model has and the
+    checkpoint lacks (e.g. the query vector q when a speech-readout LLM-CTC starts a
+    query-readout one) keep their initialization and are named in the log; a checkpoint
+    weight the model lacks, or of another shape, is an error."""
     from pathlib import Path
 
     if not Path(path).is_file():
@@ -55,11 +58,22 @@ def initialize_from(model: torch.nn.Module, path: str) -> None:
     if not isinstance(checkpoint, dict) or checkpoint.get("model") is None:
         raise ValueError(f"train.init_from: {path} has no 'model' entry (expected a checkpoint written by asr.train "
                          "or local.export_decoding_weights)")
+    state, own = checkpoint["model"], model.checkpoint_state_dict()
+    unexpected = sorted(set(state) - set(own))
+    reshaped = [f"{name} {tuple(state[name].shape)} (the model's: {tuple(own[name].shape)})"
+                for name in sorted(set(state) & set(own)) if state[name].shape != own[name].shape]
+    if unexpected or reshaped or not set(state) & set(own):
+        found = (f"weights this model lacks: {unexpected[:5]} ({len(unexpected)} in all)" if unexpected
+                 else f"other shapes: {reshaped[:3]}" if reshaped else "no weight of this model")
+        raise ValueError(f"train.init_from: the weights of {path} do not fit this model: {found}")
+    kept = sorted(set(own) - set(state))
     try:
-        model.load_checkpoint_state_dict(checkpoint["model"])
-    except RuntimeError as error:
+        model.load_checkpoint_state_dict({**{name: own[name] for name in kept}, **state})
+    except (RuntimeError, KeyError, ValueError) as error:
         raise ValueError(f"train.init_from: the weights of {path} do not fit this model: {error}") from None
-    logging.info("model initialized from the weights of %s", path)
+    logging.info("model initialized from the weights of %s%s", path,
+                 f"; {len(kept)} weight(s) it lacks keep their initialization: {', '.join(kept[:8])}"
+                 + (" ..." if len(kept) > 8 else "") if kept else "")
 
 
 def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:

@@ -168,3 +168,30 @@ def test_greedy_decoding_alone_takes_no_log_softmax_and_finds_the_same_words(cor
                     f"--test-cuts=train={corpus['train']}", "--num-workers=0", "--method", *methods])
         recogs[name] = (exp_dir / f"recogs-train-ctc-greedy-search-{suffix}.txt").read_text()
     assert recogs["alone"] == recogs["both"] and "hyp=" in recogs["alone"]
+
+
+def test_init_from_a_speech_readout_run_starts_a_query_readout_run(corpus, ctc_config, uninterrupted,
+                                                                     tmp_path) -> None:
+    """train.init_from across readouts (egs/mini stage 10 starts streaming query-readout
+    LLM-CTC from stage 8's speech readout): LoRA, projector and eta come from the
+    checkpoint, q (which the speech readout lacks) keeps its initialization; a learning
+    rate of 1e-30 leaves both there after the first update. The other way round, the
+    checkpoint's q has no place in a speech-readout model: a named error."""
+    tiny = ("optim.lr=1e-30", "train.max_batches=1", "train.num_epochs=1")
+    train(arguments(corpus, ctc_config, tmp_path / "speech", "model.readout=speech", "train.max_batches=2"))
+    source = load(tmp_path / "speech" / "checkpoint-2.pt")["model"]
+    assert "query" not in source
+    train(arguments(corpus, ctc_config, tmp_path / "query", f"train.init_from={tmp_path / 'speech' / 'checkpoint-2.pt'}",
+                    *tiny))
+    started = load(tmp_path / "query" / "checkpoint-1.pt")["model"]
+    train(arguments(corpus, ctc_config, tmp_path / "fresh", *tiny))
+    fresh = load(tmp_path / "fresh" / "checkpoint-1.pt")["model"]
+    assert set(started) == set(source) | {"query"}
+    for name, tensor in source.items():
+        torch.testing.assert_close(started[name], tensor, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(started["query"], fresh["query"], rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(fresh["projector.linear1.weight"], source["projector.linear1.weight"])
+    with pytest.raises(SystemExit, match=r"train.init_from: the weights of .*checkpoint-2.pt do not fit this model: "
+                                         r"weights this model lacks: \['query'\]"):
+        train(arguments(corpus, ctc_config, tmp_path / "back", "model.readout=speech",
+                        f"train.init_from={uninterrupted / 'checkpoint-2.pt'}", *tiny))
