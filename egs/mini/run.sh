@@ -8,7 +8,7 @@
 #   ./run.sh --stage 6 --stop-stage 6                           # ONNX export + sherpa-onnx
 #   ./run.sh --stage 7 --stop-stage 9                           # LLM-CTC after stages 0-5
 #   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
-#   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 7
+#   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 8
 #   ./run.sh --stage 7 --stop-stage 9 --llm smollm2             # a real pretrained LLM (SmolLM2-135M)
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
@@ -16,9 +16,9 @@
 # (RESULTS.md, "LLM-CTC") 7 the LLM's parts (stage 5's decoding weights of the Zipformer as
 # one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts),
 # 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it; 10 streaming LLM-CTC from the
-# same preset on the Zipformer fine-tuned on 2 s chunk windows: train both, decode at
-# h = 2, 4, 8 s, per-chunk latency over 60 s, and the test
-# sentences joined into 30-60 s recordings decoded chunk by chunk at h = 2 s.
+# same preset, started from stage 8's, on the Zipformer fine-tuned on 2 s chunk windows:
+# train both, decode at h = 2, 4, 8 s, per-chunk latency over 60 s, and the test sentences
+# joined into 30-60 s recordings decoded chunk by chunk at h = 2 s.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -172,29 +172,38 @@ fi
 # Streaming LLM-CTC (paper Sec. 4.3, App. D.4; RESULTS.md "Streaming LLM-CTC"). First the
 # encoder: stage 4's Zipformer fine-tuned on 2 s chunk windows (conf/train_streaming.yaml:
 # each chunk's window of h s history and the chunk, as streaming reads it; RESULTS.md, "A
-# Zipformer trained on chunk windows"), decoded on those windows. Then the preset of
-# stage 8 with the query readout on that encoder, trained under the bounded-history mask
-# (2 s chunks, one history of 1-8 s per batch), decoded chunk by chunk with the KV cache at
-# h = 2, 4, 8 s beside one parallel masked pass (ctc-greedy-search /
-# ctc-prefix-beam-search at h = 8 s), then the per-chunk compute and cache size over a
-# 60 s input made of test utterances. Each training utterance's positions are shifted by
-# 0-30 chunks (60 s), as deep in a long stream: the tiny LM never saw positions beyond a
-# sentence (RESULTS.md, "Streaming"), and half of the batches join their sentences back to
-# back into examples of up to 10 s, so that sentences start inside chunks as in a long stream.
+# Zipformer trained on chunk windows"), decoded on those windows. Then the preset of stage
+# 8 with the query readout on that encoder, started from stage 8's LLM-CTC (its LoRA,
+# projector and blank offset; q from stage 7's query token), as the paper fine-tunes
+# Qwen3-ASR for streaming (Sec. 5.4; RESULTS.md, "Stage 10 starts from stage 8's
+# LLM-CTC"), trained under the bounded-history mask (2 s chunks, one history of 1-8 s per
+# batch) for 800 updates (two thirds of stage 8's), decoded chunk by chunk with the KV
+# cache at h = 2, 4, 8 s (prefix beam search) beside one parallel masked pass
+# (ctc-greedy-search / ctc-prefix-beam-search at h = 8 s), then the per-chunk compute and
+# cache size over a 60 s input made of test utterances. Each training utterance's
+# positions are shifted by 0-30 chunks (60 s), as deep in a long stream: the tiny LM never
+# saw positions beyond a sentence (RESULTS.md, "Streaming"), and half of the batches join
+# their sentences back to back into examples of up to 10 s, so that sentences start inside
+# chunks as in a long stream.
 streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
   model.streaming_max_history=8 model.streaming_position_offset_chunks=30
-  data.concatenate_seconds=10 data.concatenate_probability=0.5)
+  data.concatenate_seconds=10 data.concatenate_probability=0.5 train.max_batches=800 optim.decay_batches=800)
 streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming
 streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
+offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
+offline_llm_weights=$offline_llm_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
   train_config=$llm_config config_option=--llm-config
   exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
   training_settings model.llm="$llm_dir" model.encoder_path="$streaming_encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
-    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${streaming_settings[@]}"
+    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${streaming_settings[@]}" \
+    train.init_from="$offline_llm_weights"
 fi
 if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into $exp_dir on $zipformer_exp_dir fine-tuned on chunk windows ($streaming_encoder_dir)"; then
   [ -f "$encoder_weights" ] || die "stage 10 needs stage 7's $encoder_weights (run --stage 7 first)"
+  compgen -G "$offline_llm_dir/*.pt" > /dev/null || die "stage 10 starts from stage 8's LLM-CTC in $offline_llm_dir" \
+    "(run --stage 8 first)"
   llm_train_config=$train_config llm_train_settings=("${train_settings[@]}")
   train_config=conf/train_streaming.yaml
   train_settings=(train.exp_dir="$streaming_encoder_dir" train.init_from="$encoder_weights"
@@ -204,9 +213,10 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   user_decode_args=$decode_args decode_args=""  # --decode-args are the LLM's
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
   python -m local.export_decoding_weights "$streaming_encoder_dir" "$streaming_encoder_weights"
+  python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
   train_model
-  decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $user_decode_args"
+  decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $user_decode_args"
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
     --cuts "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" --seconds 60 --history 8 \

@@ -195,7 +195,7 @@ def test_the_llm_and_its_preset_go_together(recipe_copy, run_recipe):
            "exp/full_llm_ctc_smollm2" in result.stdout + result.stderr
 
 
-def test_stage_10_names_its_two_folders_and_needs_stage_7(recipe_copy, run_recipe):
+def test_stage_10_names_its_two_folders_and_needs_stages_7_and_8(recipe_copy, run_recipe):
     recipe = recipe_copy("mini")
     result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
     message = result.stdout + result.stderr
@@ -203,3 +203,10 @@ def test_stage_10_names_its_two_folders_and_needs_stage_7(recipe_copy, run_recip
     assert "into exp/full_llm_ctc_streaming on exp/full_pruned_ctc fine-tuned on chunk windows " \
            "(exp/full_pruned_ctc_streaming)" in message
     assert "stage 10 needs stage 7's exp/full_pruned_ctc/decoding.pt (run --stage 7 first)" in message
+    # With stage 7's encoder weights but no stage-8 LLM to start from.
+    (recipe / "exp" / "full_pruned_ctc").mkdir(parents=True)
+    (recipe / "exp" / "full_pruned_ctc" / "decoding.pt").write_bytes(b"")
+    result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
+    message = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "stage 10 starts from stage 8's LLM-CTC in exp/full_llm_ctc (run --stage 8 first)" in message
