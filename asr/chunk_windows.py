@@ -73,6 +73,39 @@ def history_for_step(seed: int, step: int, max_history: int = 8) -> int:
     return rng.choices(range(1, max_history + 1), weights=history_weights(max_history))[0]
 
 
+def length_groups(lengths: Sequence[int], min_fill: float = 0.75) -> List[List[int]]:
+    """Indices of ``lengths`` in groups to be padded and run together, longest first: a
+    window joins the current group while it is at least ``min_fill`` of the group's
+    longest, so padding is at most 1 - min_fill of any group. The windows of one batch
+    range from one chunk to h seconds plus a chunk (2-10 s at h = 8 s), and padding them
+    all to the longest would run the encoder on up to twice the audio."""
+    if not 0 < min_fill <= 1:
+        raise ValueError(f"min_fill must be in (0, 1], got {min_fill}")
+    order = sorted(range(len(lengths)), key=lambda m: -lengths[m])
+    groups: List[List[int]] = []
+    for m in order:
+        if groups and lengths[m] >= min_fill * lengths[groups[-1][0]]:
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    return groups
+
+
+def encode_windows(encoder, windows: Sequence[Tensor], device=None) -> List[Tensor]:
+    """Each (L_m, F) window's encoder output (L'_m, D), the windows run as independent
+    sequences in :func:`length_groups` (one padded batch per group); ``encoder`` maps
+    (batch (M, L, F), lengths (M,)) to (output (M, L', D), output lengths (M,))."""
+    outputs: List[Tensor] = [None] * len(windows)  # type: ignore[list-item]
+    for group in length_groups([window.shape[0] for window in windows]):
+        batch, lens = padded_batch([windows[m] for m in group])
+        if device is not None:
+            batch, lens = batch.to(device), lens.to(device)
+        encoded, encoded_lens = encoder(batch, lens)
+        for row, m in enumerate(group):
+            outputs[m] = encoded[row, :int(encoded_lens[row])]
+    return outputs
+
+
 def padded_batch(sequences: Sequence[Tensor]) -> Tuple[Tensor, Tensor]:
     """(M, L max, F) zero-padded batch of (L_m, F) sequences and their lengths (M,)."""
     lens = torch.tensor([sequence.shape[0] for sequence in sequences])

@@ -17,7 +17,7 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from asr.chunk_windows import chunk_windows, feature_chunk_frames, padded_batch
+from asr.chunk_windows import chunk_windows, encode_windows, feature_chunk_frames
 
 FRAMES_PER_OUTPUT = 4
 RIGHT_PADDING = 10  # ((T + 10 - 7) // 2 + 1) // 2 >= ceil(T / 4) for every T >= 1
@@ -49,37 +49,36 @@ def windowed_output_lengths(num_frames, chunk_seconds: int):
 def windowed_encode(encoder, features: Tensor, feature_lens: Tensor, history_seconds: int,
                     chunk_seconds: int) -> Tuple[Tensor, Tensor]:
     """The encoder's output (N, T' max, D) of a padded batch run chunk window by chunk
-    window (all windows of all utterances as one batch), each utterance's chunks' frames in
-    chunk order, and T' (N,)."""
+    window (the windows of all utterances batched by length, :func:`encode_windows`), each
+    utterance's chunks' frames in chunk order, and T' (N,)."""
     windows: List[Tuple[Tensor, int]] = []
     counts: List[int] = []
     for n in range(features.shape[0]):
         pieces = chunk_windows(features[n, :int(feature_lens[n])], chunk_seconds, history_seconds)
         windows += [window_input(history, chunk) for history, chunk in pieces]
         counts.append(len(pieces))
-    batch, lens = padded_batch([window for window, _ in windows])
-    encoded, encoded_lens = encoder(batch, lens.to(features.device))
-    parts = chunk_parts(encoded, encoded_lens, [history for _, history in windows],
+    encoded = encode_windows(encoder, [window for window, _ in windows], features.device)
+    parts = chunk_parts(encoded, [history for _, history in windows],
                         [window.shape[0] - history - RIGHT_PADDING for window, history in windows])
     utterances, out_lens, index = [], [], 0
     for count in counts:
         utterances.append(torch.cat(parts[index:index + count]))
         index += count
         out_lens.append(utterances[-1].shape[0])
-    out = encoded.new_zeros(features.shape[0], max(out_lens), encoded.shape[-1])
+    out = parts[0].new_zeros(features.shape[0], max(out_lens), parts[0].shape[-1])
     for n, frames in enumerate(utterances):
         out[n, :frames.shape[0]] = frames
     return out, torch.tensor(out_lens, dtype=torch.long, device=features.device)
 
 
-def chunk_parts(encoded: Tensor, encoded_lens: Tensor, history_frames: Sequence[int],
+def chunk_parts(encoded: Sequence[Tensor], history_frames: Sequence[int],
                 chunk_frames: Sequence[int]) -> List[Tensor]:
-    """Each window's chunk frames (ceil(F / 4), D) out of the encoded windows (M, L, D)."""
+    """Each window's chunk frames (ceil(F / 4), D) out of the encoded windows (L'_m, D)."""
     parts = []
     for m, (history, frames) in enumerate(zip(history_frames, chunk_frames)):
         first, count = chunk_output_range(history, frames)
-        if first + count > int(encoded_lens[m]):
-            raise RuntimeError(f"chunk window {m} gave {int(encoded_lens[m])} encoder frames, "
+        if first + count > encoded[m].shape[0]:
+            raise RuntimeError(f"chunk window {m} gave {encoded[m].shape[0]} encoder frames, "
                                f"fewer than the {first + count} its chunk needs")
-        parts.append(encoded[m, first:first + count])
+        parts.append(encoded[m][first:first + count])
     return parts

@@ -1,7 +1,7 @@
 """The encoder side of streaming LLM-CTC (Sec. 4.3): for chunk b the frozen encoder sees
 the preceding h seconds with the chunk (never later audio) and only the current chunk's
-outputs go on to the projector. The windows of all chunks are batched as independent
-sequences (App. D.4: at most 10 s of encoder input per chunk with h = 8 s).
+outputs go on to the projector. The windows of all chunks run as independent sequences,
+batched by length (App. D.4: at most 10 s of encoder input per chunk with h = 8 s).
 
 Which encoder frames belong to the chunk, for a window of H history frames and the
 chunk's F frames (H a multiple of 100: chunks start on whole seconds):
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from asr.chunk_windows import chunk_windows as feature_windows
-from asr.chunk_windows import feature_chunk_frames, padded_batch
+from asr.chunk_windows import encode_windows, feature_chunk_frames
 from llm_ctc.streaming.layout import FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout, utterance_layout
 from zipformer import windows as zipformer_windows
 
@@ -86,17 +86,16 @@ def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, h
 def chunk_embeddings(model, windows: Sequence[Tuple[Tensor, int]], chunk_frames: Sequence[int]) -> List[Tensor]:
     """Projected embeddings (T_b, D) of each chunk from its (window, history frames)."""
     config = model.config
-    batch, lens = padded_batch([window for window, _ in windows])
-    encoded, encoded_lens = model.encoder(batch.to(model.device), lens.to(model.device))
+    encoded = encode_windows(model.encoder, [window for window, _ in windows], model.device)
     ranges = [chunk_output_range(config.encoder_type, history, frames)
               for (_, history), frames in zip(windows, chunk_frames)]
-    counts = torch.tensor([count for _, count in ranges], device=encoded.device)
-    current = encoded.new_zeros(len(windows), int(counts.max()), encoded.shape[-1])
+    counts = torch.tensor([count for _, count in ranges], device=encoded[0].device)
+    current = encoded[0].new_zeros(len(windows), int(counts.max()), encoded[0].shape[-1])
     for m, (first, count) in enumerate(ranges):
-        if first + count > int(encoded_lens[m]):
-            raise RuntimeError(f"chunk window {m} gave {int(encoded_lens[m])} encoder frames, "
+        if first + count > encoded[m].shape[0]:
+            raise RuntimeError(f"chunk window {m} gave {encoded[m].shape[0]} encoder frames, "
                                f"fewer than the {first + count} its chunk needs")
-        current[m, :count] = encoded[m, first:first + count]
+        current[m, :count] = encoded[m][first:first + count]
     projected, projected_lens = model.projector(current.to(model.projector_dtype), counts)
     grid = streaming_grid(config)
     expected = [grid.count(frames) for frames in chunk_frames]
