@@ -6,9 +6,10 @@ encoder, ``conf/train_streaming.yaml``), in training mode; the batches are synth
 shaped like that stage's: sentences of 2-4 s, or sentences joined into examples of 8-10 s
 (``data.concatenate_seconds=10``), each batch filled to ``data.max_duration`` seconds.
 The two are timed alternately (:func:`benchmarks.support.interleaved_times`). Writes
-``results.md`` and ``chunk_windows.csv``::
+``results_threads<N>.md`` and ``chunk_windows_threads<N>.csv``::
 
-    python -m benchmarks.chunk_windows --output-dir benchmarks/chunk_windows
+    python -m benchmarks.chunk_windows --output-dir benchmarks/chunk_windows --threads 1
+    python -m benchmarks.chunk_windows --output-dir benchmarks/chunk_windows --threads 2
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] = None) -> None:
             print(f"{kind}, h = {history} s: one batch {row['one_batch_s']:.3f} s, by length "
                   f"{row['by_length_s']:.3f} s ({row['one_batch_over_by_length']:.2f}x)", flush=True)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(rows, args.output_dir / "chunk_windows.csv")
+    write_csv(rows, args.output_dir / f"chunk_windows_threads{args.threads}.csv")
     lines = ["# The chunk-window Zipformer's encoder step: one padded batch against batches by length", "",
              *provenance_lines("cpu"), "",
              f"Preset `{args.config.relative_to(REPO) if args.config.is_relative_to(REPO) else args.config}`, "
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] = None) -> None:
     lines += [f"| {r['batch']} | {r['history_s']} | {r['windows']} | {r['window_seconds']} | {r['padded_seconds']} "
               f"| {r['one_batch_s']:.3f} | {r['by_length_s']:.3f} | {r['one_batch_over_by_length']:.2f}x "
               f"| {r['load_min']:.2f}-{r['load_max']:.2f} |" for r in rows]
-    write_text_atomically(args.output_dir / "results.md", "\n".join(lines) + "\n")
+    write_text_atomically(args.output_dir / f"results_threads{args.threads}.md", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
