@@ -273,6 +273,8 @@ def main(argv: Sequence[str] = None) -> None:
                         help="positions per chunk of the streaming query examples (0: none; 25 = 2 s of "
                              "12.5 positions per second)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch intra-op threads (0: the cores idle at the start, asr.threads)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     for name in ("hidden", "layers", "heads", "epochs", "batch_size"):
@@ -286,6 +288,8 @@ def main(argv: Sequence[str] = None) -> None:
     if args.query_stretch < 1 or args.query_chunk < 0:
         raise SystemExit(f"ERROR: --query-stretch must be >= 1 and --query-chunk >= 0, got {args.query_stretch} "
                          f"and {args.query_chunk}")
+    if args.threads < 0:
+        raise SystemExit(f"ERROR: --threads must be >= 0 (0: the idle cores), got {args.threads}")
     if args.hidden % args.heads:
         raise SystemExit(f"ERROR: --hidden {args.hidden} must be a multiple of --heads {args.heads}")
     if (args.out_dir / "config.json").is_file():
@@ -293,6 +297,11 @@ def main(argv: Sequence[str] = None) -> None:
         return
     from transformers import AutoTokenizer
 
+    from asr.threads import choose_threads, describe as describe_threads
+
+    # Two threads beside a busy process wait on each other at every step (asr/threads.py).
+    choose_threads(args.threads)
+    logging.info("threads: %s", describe_threads())
     tokenizer_dir = args.tokenizer_dir or qwen3_tokenizer_dir()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = read_transcripts(args.manifests)

@@ -141,3 +141,8 @@ def test_reduced_loss_scores_only_the_targets_of_an_example():
 def test_query_fraction_outside_zero_to_one_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"--query-fraction must be in \[0, 1\], got -0.5"):
         main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--query-fraction", "-0.5"])
+
+
+def test_negative_threads_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match=r"--threads must be >= 0 \(0: the idle cores\), got -1"):
+        main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--threads", "-1"])
