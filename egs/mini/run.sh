@@ -187,7 +187,7 @@ fi
 # chunks as in a long stream.
 streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
   model.streaming_max_history=8 model.streaming_position_offset_chunks=30
-  data.concatenate_seconds=10 data.concatenate_probability=0.5 train.max_batches=800 optim.decay_batches=800)
+  data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0 train.max_batches=800 optim.decay_batches=800)
 streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming
 streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)

@@ -1,0 +1,60 @@
+"""local.long_input_errors: reads the recogs files asr.scoring writes, and counts each
+reference word's error at its place in its sentence and its sentence's start time, as
+worked out by hand from the definition on a small example."""
+
+from collections import Counter
+
+import pytest
+
+from asr.scoring import format_recogs
+from local.long_input_errors import (count_errors, format_table, place_in_sentence, read_recogs,
+                                     reference_word_errors)
+
+
+def test_read_recogs_reads_what_the_decoder_writes(tmp_path):
+    results = [("long-000-0", ["a", "b", "c"], ["a", "c"]), ("s-1", ["d"], [])]
+    path = tmp_path / "recogs.txt"
+    path.write_text(format_recogs(results))
+    assert read_recogs(path) == {"long-000-0": (["a", "b", "c"], ["a", "c"]), "s-1": (["d"], [])}
+
+
+def test_read_recogs_names_a_cut_without_its_hypothesis(tmp_path):
+    path = tmp_path / "recogs.txt"
+    path.write_text("s-1:\tref=['a']\n")
+    with pytest.raises(ValueError, match="cut s-1 lacks its ref= or hyp= line"):
+        read_recogs(path)
+
+
+def test_places_in_a_sentence():
+    assert [place_in_sentence(j, 4) for j in range(4)] == ["first", "other", "other", "last"]
+    assert place_in_sentence(0, 1) == "first"
+
+
+def test_reference_word_errors():
+    assert reference_word_errors(["a", "b", "c", "d"], ["a", "x", "d", "e"]) == (["C", "S", "D", "C"], 1)
+
+
+def test_errors_are_counted_at_each_words_place_and_its_sentences_start():
+    # Three sentences of 4, 7 and 2 s: they start at 0, 4 and 11 s.
+    sentences = {"s1": (["a", "b", "c"], ["a", "b", "c"]),
+                 "s2": (["d", "e", "f", "g"], ["d", "e", "f", "g", "h"]),  # one inserted word
+                 "s3": (["i", "j"], ["i", "k"])}  # its last word substituted
+    # The long decode drops s2's first word and substitutes s1's last.
+    recording = (["a", "b", "c", "d", "e", "f", "g", "i", "j"], ["a", "b", "x", "e", "f", "g", "i", "j"],
+                 [("s1", 4.0), ("s2", 7.0), ("s3", 2.0)])
+    table = count_errors([recording], sentences)
+    assert table["first"] == {("long", "C"): 2, ("long", "D"): 1, ("one by one", "C"): 3}
+    assert table["last"] == {("long", "S"): 1, ("long", "C"): 2, ("one by one", "C"): 2, ("one by one", "S"): 1}
+    assert table["other"] == {("long", "C"): 3, ("one by one", "C"): 3}
+    assert table["0-10 s"] == {("long", "C"): 5, ("long", "S"): 1, ("long", "D"): 1, ("one by one", "C"): 7}
+    assert table["10-20 s"] == {("long", "C"): 2, ("one by one", "C"): 1, ("one by one", "S"): 1}
+    assert table["insertions"] == Counter({"long": 0, "one by one": 1})
+    text = format_table(table)
+    assert "| first word of a sentence | 3 | 33.3% (0 S, 1 D) | 0.0% (0 S, 0 D) |" in text
+    assert "| sentence starting at 10-20 s | 2 | 0.0% (0 S, 0 D) | 50.0% (1 S, 0 D) |" in text
+
+
+def test_a_recording_whose_sentences_do_not_add_up_is_refused():
+    sentences = {"s1": (["a", "b"], ["a", "b"])}
+    with pytest.raises(ValueError, match="reference has 3 words, its sentences 2"):
+        count_errors([(["a", "b", "c"], ["a", "b", "c"], [("s1", 1.0)])], sentences)
