@@ -14,13 +14,15 @@ whole utterances with the per-chunk features::
         data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --lang-dir data/full/lang_bpe_500 \\
         --history 2 4 8
 
-It prints one line per setting (WER, errors) and writes them as a TSV with --output.
+It prints one line per setting (WER, errors), writes them as a TSV with --output, and each
+setting's hypotheses as icefall recogs- files with --recogs-dir.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -30,7 +32,7 @@ from lhotse import CutSet
 from asr.atomic_io import write_text_atomically
 from asr.chunk_features import PerChunkFeatures
 from asr.data import load_cuts_lazy
-from asr.scoring import compute_error_stats
+from asr.scoring import compute_error_stats, format_recogs
 from asr.search import ctc_greedy_search
 from asr.tokenizer import load_tokenizer
 from zipformer.model import load_ctc_checkpoint
@@ -54,9 +56,10 @@ def whole_log_probs(model, features: torch.Tensor, lens: torch.Tensor) -> List[t
 
 
 def evaluate(model, cuts: CutSet, tokenizer, histories: Sequence[int], chunk_seconds: int = 2,
-             batch_size: int = 8) -> Dict[str, tuple]:
+             batch_size: int = 8, results: Optional[Dict[str, list]] = None) -> Dict[str, tuple]:
     """{setting: (WER %, errors, reference words)} for the whole-utterance references and
-    each history."""
+    each history; ``results``, when given, receives each setting's (cut id, reference,
+    hypothesis) rows."""
     per_chunk = PerChunkFeatures(chunk_seconds)
     from lhotse.dataset.input_strategies import PrecomputedFeatures
 
@@ -65,7 +68,8 @@ def evaluate(model, cuts: CutSet, tokenizer, histories: Sequence[int], chunk_sec
     # Joined recordings (local.join_utterances) have audio only: no stored-features row.
     with_stored = all(cut.has_features for cut in cut_list)
     settings = ["whole, stored features", "whole, per-chunk features"] + [f"chunked, h = {h} s" for h in histories]
-    results: Dict[str, list] = {name: [] for name in settings[0 if with_stored else 1:]}
+    results = {} if results is None else results
+    results.update({name: [] for name in settings[0 if with_stored else 1:]})
     with torch.inference_mode():
         for start in range(0, len(cut_list), batch_size):
             batch = CutSet.from_cuts(cut_list[start:start + batch_size])
@@ -91,6 +95,11 @@ def evaluate(model, cuts: CutSet, tokenizer, histories: Sequence[int], chunk_sec
     return table
 
 
+def setting_file_name(setting: str) -> str:
+    """'chunked, h = 2 s' -> 'chunked-h2s', 'whole, per-chunk features' -> 'whole-per-chunk-features'."""
+    return "-".join(re.sub(r"h = (\d+) s", r"h\1s", setting).replace(",", "").split())
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,12 +109,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--history", type=int, nargs="+", default=[2, 4, 8], help="h in seconds")
     parser.add_argument("--chunk-seconds", type=int, default=2)
     parser.add_argument("--output", type=Path, help="also write the table here (TSV)")
+    parser.add_argument("--recogs-dir", type=Path,
+                        help="also write each setting's hypotheses here, as icefall recogs- files "
+                             "(recogs-<setting>.txt; local.long_input_errors reads them)")
     args = parser.parse_args(argv)
     if any(h < 0 for h in args.history) or args.chunk_seconds < 1:
         parser.error(f"--history must be >= 0 and --chunk-seconds >= 1, got {args.history} and {args.chunk_seconds}")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
+    rows: Dict[str, list] = {}
     table = evaluate(load_ctc_checkpoint(args.checkpoint).eval(), load_cuts_lazy(args.cuts, "cuts"),
-                     load_tokenizer(args.lang_dir), args.history, args.chunk_seconds)
+                     load_tokenizer(args.lang_dir), args.history, args.chunk_seconds, results=rows)
+    if args.recogs_dir:
+        args.recogs_dir.mkdir(parents=True, exist_ok=True)
+        for name, results in rows.items():
+            write_text_atomically(args.recogs_dir / f"recogs-{setting_file_name(name)}.txt", format_recogs(results))
     lines = ["setting\tWER (%)\terrors\twords"]
     lines += [f"{name}\t{wer:.2f}\t{errors}\t{words}" for name, (wer, errors, words) in table.items()]
     print("\n".join(lines))

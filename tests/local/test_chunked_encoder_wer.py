@@ -44,7 +44,7 @@ def test_every_setting_is_scored_on_the_same_words(small_training_corpus, tmp_pa
     torch.save({"config": {"model": model.config.to_dict()}, "model": model.state_dict()}, checkpoint)
     output = tmp_path / "table.tsv"
     main([str(checkpoint), str(small_training_corpus["train"]), "--lang-dir", str(small_training_corpus["lang"]),
-          "--history", "1", "2", "--output", str(output)])
+          "--history", "1", "2", "--output", str(output), "--recogs-dir", str(tmp_path / "recogs")])
     rows = [line.split("\t") for line in output.read_text().splitlines()]
     assert rows[0] == ["setting", "WER (%)", "errors", "words"]
     assert [row[0] for row in rows[1:]] == ["whole, stored features", "whole, per-chunk features",
@@ -53,5 +53,17 @@ def test_every_setting_is_scored_on_the_same_words(small_training_corpus, tmp_pa
     assert all(int(row[3]) == words for row in rows[1:])
     assert all(float(row[1]) == pytest.approx(100 * int(row[2]) / words, abs=0.005) for row in rows[1:])
     assert capsys.readouterr().out.strip() == output.read_text().strip()
+    # Each setting's hypotheses, as recogs- files, score to the table's errors (kaldialign).
+    import kaldialign
+
+    from local.long_input_errors import read_recogs
+
+    names = {"whole, stored features": "whole-stored-features", "whole, per-chunk features":
+             "whole-per-chunk-features", "chunked, h = 1 s": "chunked-h1s", "chunked, h = 2 s": "chunked-h2s"}
+    for row in rows[1:]:
+        recogs = read_recogs(tmp_path / "recogs" / f"recogs-{names[row[0]]}.txt")
+        assert len(recogs) == 6
+        errors = sum(kaldialign.edit_distance(ref, hyp)["total"] for ref, hyp in recogs.values())
+        assert errors == int(row[2]), row
     with pytest.raises(SystemExit):
         main([str(checkpoint), str(small_training_corpus["train"]), "--lang-dir", "x", "--history", "-1"])
