@@ -85,7 +85,7 @@ def grid_section(rows: list[dict], dp_rows: list[dict], fit_points: int) -> list
     header += [f"standard / {m} peak" for m in others] + ["1-min load"]
     lines = ["Memory = peak above the resident head and inputs, weight gradient included "
              "(the paper's measure, App. C.1). Load: 1-minute load averages at the start and "
-             "end of the row's processes (2-core machine shared with other jobs).", "",
+             f"end of the row's processes ({os.cpu_count()} cores here).", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     keys = sorted({(r["frames"], r["vocab_size"]) for r in rows})
     for frames, vocab_size in keys:

@@ -54,6 +54,7 @@ def test_padded_targets_with_inconsistent_lengths():
                         target_lengths=torch.tensor([2, 2]))
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_tensors_on_different_devices():
     with pytest.raises(ValueError, match="weight is on cuda"):
