@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
 XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: setup mini test test-e2e demo
+.PHONY: setup mini test test-e2e test-cuda demo
 
 setup:
 	@bash scripts/setup_env.sh
@@ -29,3 +29,7 @@ test: setup
 # End-to-end recipe runs of a few minutes (the egs/mini quick run); .ci/run runs them too.
 test-e2e: setup
 	$(PYTHON_VENV) -m pytest -q -m "e2e and not slow" $(XDIST_ARGS) $(PYTEST_ARGS)
+
+# The CUDA tests alone, in one process on the first GPU (they skip without one).
+test-cuda: setup
+	$(PYTHON_VENV) -m pytest -q -rs -m cuda -p no:xdist $(PYTEST_ARGS)
