@@ -44,7 +44,8 @@ tiny_lm_copy_fraction=0.5
 tiny_lm_query_fraction=1.0
 tiny_lm_epochs=3
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
-  train_config train_args decode_args llm llm_config tiny_lm_copy_fraction tiny_lm_query_fraction tiny_lm_epochs)
+  train_config train_args decode_args cpu_processes llm llm_config tiny_lm_copy_fraction tiny_lm_query_fraction
+  tiny_lm_epochs)
 # --quick 1 changes the defaults: read it first, then let explicit options win.
 for ((i = 1; i <= $#; i++)); do
   case "${!i}" in

@@ -125,12 +125,14 @@ train_bpe_models() {
 # live in Python (asr.train, asr.decode) and the recipe's conf/train.yaml only;
 # --train-args and --decode-args add section.field=value overrides.
 # shellcheck disable=SC2034  # read by each run.sh
-training_options=(train_config train_args decode_args exp_dir num_gpus num_nodes node_rank rdzv_endpoint rdzv_id)
+training_options=(train_config train_args decode_args exp_dir num_gpus cpu_processes num_nodes node_rank rdzv_endpoint rdzv_id)
 train_config=conf/train.yaml   # the preset read by asr.train and asr.decode
 train_args=""                  # extra overrides, e.g. "data.max_duration=700 optim.base_lr=0.04"
 decode_args=""                 # extra overrides, e.g. "decode.avg=10 decode.beam_size=8"
 exp_dir=exp/zipformer_pruned_ctc
 num_gpus=1                     # processes per node (torchrun when > 1); 0: one CPU process
+cpu_processes=1                # > 1 without GPUs (--num-gpus 0 or 1): torchrun with this many CPU
+                               # processes (gloo), one thread each, each rank its own batch
 num_nodes=1                    # > 1: also give --node-rank and --rdzv-endpoint HOST:PORT on every node
 node_rank=0
 rdzv_endpoint=""
@@ -168,8 +170,16 @@ train_model() {
   local launcher gpus
   [[ "$num_gpus" =~ ^[0-9]+$ ]] || die "--num-gpus must be a whole number, got '$num_gpus'"
   [[ "$num_nodes" =~ ^[1-9][0-9]*$ ]] || die "--num-nodes must be a positive integer, got '$num_nodes'"
+  [[ "$cpu_processes" =~ ^[1-9][0-9]*$ ]] || die "--cpu-processes must be a positive integer, got '$cpu_processes'"
   launcher=(python -m asr.train)
-  if [ "$num_nodes" -gt 1 ]; then
+  local device=()
+  if [ "$cpu_processes" -gt 1 ]; then
+    [ "$num_gpus" -le 1 ] && [ "$num_nodes" -eq 1 ] ||
+      die "--cpu-processes $cpu_processes trains on one machine's CPU: not with --num-gpus $num_gpus or --num-nodes $num_nodes"
+    launcher=(python -m torch.distributed.run --standalone --nproc-per-node "$cpu_processes" -m asr.train)
+    device=(train.device=cpu)
+    log "training in $cpu_processes CPU processes (gloo; one thread each unless OMP_NUM_THREADS is set; each its own batch)"
+  elif [ "$num_nodes" -gt 1 ]; then
     [ -n "$rdzv_endpoint" ] || die "--num-nodes $num_nodes needs --rdzv-endpoint HOST:PORT (the same on every node)"
     [ "$num_gpus" -ge 1 ] || die "--num-nodes $num_nodes needs --num-gpus >= 1"
     launcher=(python -m torch.distributed.run --nnodes "$num_nodes" --node-rank "$node_rank"
@@ -187,7 +197,7 @@ train_model() {
       log "training on $num_gpus GPUs"
     fi
   fi
-  "${launcher[@]}" --config "$train_config" "${train_settings[@]}"
+  "${launcher[@]}" --config "$train_config" "${device[@]}" "${train_settings[@]}"
 }
 
 # decode_model NAME=CUTS...: asr.decode of the test sets with $train_config's decode section

@@ -281,6 +281,26 @@ def test_several_gpus_train_through_torchrun_with_one_process_each(recipe_copy, 
     assert "training on 4 GPUs" in result.stdout
 
 
+def test_cpu_processes_train_through_torchrun_on_the_cpu(recipe_copy, tmp_path):
+    result, launches = _launch(recipe_copy, tmp_path, 0, "--cpu-processes", "2", "--train-args", "train.device=auto")
+    assert len(launches) == 1
+    command = launches[0]
+    assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
+    assert command[6:10] == ["asr.train", "--config", "conf/train.yaml", "train.device=cpu"]
+    assert command[-1] == "train.device=auto"  # the user's override still comes last
+    assert "training in 2 CPU processes" in result.stdout
+
+
+@pytest.mark.parametrize("options, message", [
+    (("--cpu-processes", "0"), "--cpu-processes must be a positive integer, got '0'"),
+    (("--cpu-processes", "2", "--num-gpus", "2"), "--cpu-processes 2 trains on one machine's CPU: not with --num-gpus 2"),
+])
+def test_bad_cpu_processes_are_errors_naming_the_option(recipe_copy, tmp_path, options, message):
+    result, launches = _launch(recipe_copy, tmp_path, 2, *options)
+    assert result.returncode != 0 and not launches
+    assert message in result.stderr
+
+
 def test_several_nodes_pass_the_rendezvous_options(recipe_copy, tmp_path):
     result, launches = _launch(recipe_copy, tmp_path, 8, "--num-gpus", "8", "--num-nodes", "2",
                                "--node-rank", "1", "--rdzv-endpoint", "node0:29400")
