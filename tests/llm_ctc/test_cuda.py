@@ -24,7 +24,7 @@ TEXTS = ["the cat sat on the mat", "hello world"]
 
 @pytest.fixture(scope="module")
 def cuda_model(ctc_model):
-    """The session's model (query readout, LoRA perturbed) copied to the device, exact DP."""
+    """The suite's shared LLM-CTC model (query readout, LoRA perturbed) copied to the device, exact DP."""
     model = copy.deepcopy(ctc_model).to(DEVICE)
     model.config.alignment_beam = None
     return model
