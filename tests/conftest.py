@@ -8,6 +8,7 @@ noise manifest and a letter table ``tokens.txt`` (``<blk>`` 0, ``<sos/eos>`` 1,
 ``<unk>`` 2, A-Z from 3). Cut ids are the keys given.
 """
 
+import os
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
@@ -17,6 +18,24 @@ import soundfile
 from lhotse import CutSet, Fbank, FbankConfig, LilcomChunkyWriter, Recording, SupervisionSegment
 
 SAMPLE_RATE = 16000
+
+
+@pytest.fixture(scope="session", autouse=True)
+def in_process_programs_keep_their_threads():
+    """asr.train and asr.decode, which many tests run in this process, take their torch
+    threads from the cores idle at their start unless OMP_NUM_THREADS is set
+    (asr/threads.py); two runs that a test compares bit for bit (a resumed training against
+    an uninterrupted one) must use the same number whatever the other test workers load, so
+    the suite sets it (one thread also for the programs the tests start as processes)."""
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    if saved is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = saved
+
+
 CutItems = Dict[str, Tuple[float, str]]
 
 
