@@ -11,6 +11,7 @@ from asr.checkpoint import capture_rng_state, restore_rng_state
 from asr.config import load_run_config
 from asr.train_step import training_step
 from asr.trainee import build_trainee, seed_everything
+from references.cuda import exact_float32_convolutions  # noqa: F401 (autouse fixture)
 
 pytestmark = [
     pytest.mark.cuda,
@@ -20,14 +21,6 @@ pytestmark = [
 DEVICE = "cuda"
 VOCAB = 50
 
-
-@pytest.fixture(autouse=True)
-def exact_float32_convolutions():
-    """cuDNN convolutions may use TF32 by default; the comparisons with the CPU need FP32."""
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = saved
 
 
 def trainee_on(device: str, precision: str = "fp32"):

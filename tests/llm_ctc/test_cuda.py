@@ -10,6 +10,7 @@ import torch
 from llm_ctc.streaming.layout import Qwen3ASRGrid, utterance_layout
 from llm_ctc.streaming.llm import CachedStreamingLLM, parallel_query_states
 from references.ctc_reference import dense_reference
+from references.cuda import exact_float32_convolutions  # noqa: F401 (autouse fixture)
 from references.tiny_llm import WIDTH, random_features
 
 pytestmark = [
@@ -29,13 +30,6 @@ def cuda_model(ctc_model):
     model.config.alignment_beam = None
     return model
 
-
-@pytest.fixture(autouse=True)
-def exact_float32_convolutions():
-    saved = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = saved
 
 
 def test_cuda_loss_is_dense_ctc_of_its_states_and_the_cpu_models_loss(cuda_model, ctc_model):
