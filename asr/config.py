@@ -77,7 +77,12 @@ class DataOptions:
     )
     valid_cuts: str = "data/fbank/librispeech_cuts_dev-clean.jsonl.gz,data/fbank/librispeech_cuts_dev-other.jsonl.gz"
     musan_cuts: str = "data/fbank/musan_cuts.jsonl.gz"
-    max_duration: float = 200.0  # total seconds of audio per batch
+    max_duration: float = 200.0  # total seconds of audio per batch (of each rank, as icefall's --max-duration)
+    # True: max_duration is the batch of all ranks together, each rank drawing
+    # max_duration / world_size seconds, so N processes train the updates of one (the
+    # same global batch and schedule) in less time: CPU processes on one machine
+    # (recipes' --cpu-processes). False: every rank draws max_duration.
+    batch_across_ranks: bool = False
     num_buckets: int = 30
     shuffle: bool = True
     drop_last: bool = True
@@ -162,7 +167,8 @@ class TrainOptions:
     tensorboard: bool = True
     max_batches: int = 0  # stop after this many global batches (0: no limit)
     # The model's schedules (dropout, layer skipping, balancers) advance with
-    # batch_idx * max_duration * world_size * accum_grad / schedule_ref_duration: icefall's
+    # batch_idx * max_duration * world_size * accum_grad / schedule_ref_duration (without
+    # the world size with data.batch_across_ranks): icefall's
     # duration-adjusted batch count (egs/librispeech/ASR/zipformer/train.py,
     # get_adjusted_batch_count, reference 600 s). Recipes with small batches may lower it
     # so that the schedules finish within a short run.

@@ -316,7 +316,7 @@ def build_train_dataloader(
     )
     sampler = DynamicBucketingSampler(
         cuts,
-        max_duration=options.max_duration,
+        max_duration=rank_max_duration(options, world_size),
         num_buckets=options.num_buckets,
         shuffle=options.shuffle,
         drop_last=options.drop_last,
@@ -376,7 +376,7 @@ def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: i
     _check_rank(world_size, rank)
     sampler = DynamicCutSampler(
         load_cuts_lazy(options.valid_cuts, "valid_cuts"),
-        max_duration=options.max_duration,
+        max_duration=rank_max_duration(options, world_size),
         shuffle=False,
         drop_last=False,
         world_size=world_size,
@@ -422,6 +422,12 @@ def _map_style_loader(dataset: AsrDataset, sampler: Union[DynamicBucketingSample
         dataset, sampler=sampler, batch_size=None, num_workers=num_workers,
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+def rank_max_duration(options: DataOptions, world_size: int) -> float:
+    """Seconds of audio in one rank's batch: ``data.max_duration``, or its share of it
+    with ``data.batch_across_ranks``."""
+    return options.max_duration / world_size if options.batch_across_ranks else options.max_duration
 
 
 def _check_rank(world_size: int, rank: int) -> None:

@@ -24,6 +24,10 @@ A streaming LLM-CTC model (``model.streaming``) also decodes by ``ctc-streaming-
 / ``ctc-streaming-prefix-beam-search``: each utterance chunk by chunk with a bounded KV
 cache, one setting per ``decode.history_seconds`` value (``..._history-8s`` in the file
 names); the largest cache of every utterance is checked against P + 2A + J (paper App. E).
+
+Under torchrun (``python -m torch.distributed.run --nproc-per-node N -m asr.decode ...``;
+recipes: ``--cpu-processes N``) the N processes share each test set, batch by batch, and
+rank 0 writes the same files one process would.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+import torch.distributed as dist
 
 from asr.config import DecodeOptions, RunConfig, load_run_config
 from asr.cut_filters import FRAME_SHIFT_SECONDS
@@ -47,6 +52,7 @@ from asr.scoring import TEXT_NORMALIZERS, Result, read_wer_summary, save_results
 from asr.test_sets import count_cuts, parse_test_sets
 from asr.threads import choose_threads, describe as describe_threads
 from asr.tokenizer import CharTokenizer, Tokenizer
+from asr.train_helpers import Distributed, setup_distributed
 from asr.weights import build_trained_model, choose_weights, explicit_choice, load_lexicon, saved_run_config
 
 # icefall-style flags and the override each stands for.
@@ -62,7 +68,8 @@ FLAG_OVERRIDES = {
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
-    """Returns test set -> decoding setting -> WER/CER in percent (as in the files)."""
+    """Returns test set -> decoding setting -> WER/CER in percent (as in the files; on
+    rank 0 of several processes, empty on the others)."""
     args = parse_args(argv)
     try:
         config = effective_config(args)
@@ -79,7 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     keys = [key for _, _, key in decoding_settings(options)]
-    setup_logging(exp_dir, f"decode-{weights.suffix}")
+    ranks = decoding_ranks(options.device)
+    setup_logging(exp_dir, f"decode-{weights.suffix}", ranks.rank)
     choose_threads()
     logging.info("threads: %s", describe_threads())
     compute_cer = options.compute_cer == "true" or (options.compute_cer == "auto" and isinstance(tokenizer, CharTokenizer))
@@ -96,13 +104,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
         else:
             todo.append((name, manifest))
     if not todo:
-        print_summary(rates, exp_dir, weights.suffix, unit)
-        return rates
+        return finish(ranks, rates, exp_dir, weights.suffix, unit)
 
     # Model and lexicon, as trained.
     logging.info("decoding with %s (%s)", ", ".join(str(p) for p in weights.paths), weights.suffix)
     real_time_factors: Dict[str, Dict[str, float]] = {}
-    device = choose_device(options.device)
+    device = ranks.device
     try:
         model = build_trained_model(weights, tokenizer, device)
         check_model_decodes(model.decoding, options.methods, f"{weights.saved.family} model ({type(model).__name__})")
@@ -117,12 +124,33 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
             continue
         logging.info("test set %s: %d cuts, %.1f minutes of audio, from %s", name, num_cuts, seconds / 60, manifest)
         loader = build_valid_dataloader(dataclasses.replace(data, valid_cuts=str(manifest)))
-        results, rtfs = decode_test_set(model, loader, tokenizer, options, device, name, num_cuts, seconds)
+        results, rtfs = decode_test_set(model, loader, tokenizer, options, device, name, num_cuts, seconds, ranks)
+        if not ranks.is_main:
+            continue
         rates[name] = save_results(exp_dir, name, results, compute_cer=compute_cer,
                                    text_normalizer=TEXT_NORMALIZERS[options.text_normalization], suffix=weights.suffix)
         real_time_factors[name] = rtfs
-    print_summary(rates, exp_dir, weights.suffix, unit, real_time_factors)
-    return rates
+    return finish(ranks, rates, exp_dir, weights.suffix, unit, real_time_factors)
+
+
+def decoding_ranks(device_option: str) -> Distributed:
+    """This process's rank and device: torchrun's process group when WORLD_SIZE > 1
+    (gloo on the CPU, NCCL on GPUs, one GPU per rank), else one process on ``decode.device``."""
+    try:
+        return setup_distributed(device_option, "decode.device")
+    except (ValueError, RuntimeError) as error:
+        raise SystemExit(f"ERROR: {error}") from None
+
+
+def finish(ranks: Distributed, rates: Dict[str, Dict[str, float]], exp_dir: Path, suffix: str, unit: str,
+           real_time_factors: Optional[Dict[str, Dict[str, float]]] = None) -> Dict[str, Dict[str, float]]:
+    """Rank 0 prints the table; every rank leaves the process group together."""
+    if ranks.is_main:
+        print_summary(rates, exp_dir, suffix, unit, real_time_factors)
+    if ranks.world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return rates if ranks.is_main else {}
 
 
 def effective_config(args: argparse.Namespace) -> RunConfig:
@@ -149,19 +177,25 @@ def flag_overrides(args: argparse.Namespace) -> List[str]:
 
 def decode_test_set(
     model: torch.nn.Module, loader: torch.utils.data.DataLoader, tokenizer: Tokenizer, options: DecodeOptions,
-    device: torch.device, name: str, num_cuts: int, seconds: float,
+    device: torch.device, name: str, num_cuts: int, seconds: float, ranks: Optional[Distributed] = None,
 ) -> Tuple[Dict[str, List[Result]], Dict[str, float]]:
     """Decoding setting -> (cut_id, reference words, hypothesis words) of every cut, and
     decoding setting -> real-time factor (seconds of computation per second of audio;
-    the CTC searches share the time of the model's one forward pass per batch)."""
+    the CTC searches share the time of the model's one forward pass per batch). With
+    several ``ranks`` each decodes every world_size-th batch and all of them return every
+    cut's results in the loader's order (the factors: all ranks' computation)."""
+    rank, world_size = (ranks.rank, ranks.world_size) if ranks is not None else (0, 1)
     settings = decoding_settings(options)
     search = SearchSettings(tokenizer.blank_id, options.beam_size, options.token_penalty)
-    results: Dict[str, List[Result]] = {key: [] for _, _, key in settings}
+    batches: List[Tuple[int, Dict[str, List[Result]]]] = []  # (batch index, its results)
     busy = {key: 0.0 for _, _, key in settings}
     largest_cache: Dict[str, int] = {}
     started, done_cuts, done_seconds = time.monotonic(), 0, 0.0
     last_report = started
     for batch_index, batch in enumerate(loader, start=1):
+        if (batch_index - 1) % world_size != rank:
+            continue
+        batches.append((batch_index, {key: [] for _, _, key in settings}))
         outputs = BatchOutputs(model, batch["features"].to(device), batch["feature_lens"].to(device), options.methods)
         # An LLM tokenizer's hypotheses are lowercased: so are its references.
         references = [tokenizer.normalize_reference(text).split() for text in batch["texts"]]
@@ -173,17 +207,29 @@ def decode_test_set(
             busy[key] += time.perf_counter() - method_started + shared
             if output.largest_cache is not None:
                 largest_cache[key] = max(largest_cache.get(key, 0), *output.largest_cache)
-            results[key].extend(zip(batch["cut_ids"], references, hypotheses))
+            batches[-1][1][key].extend(zip(batch["cut_ids"], references, hypotheses))
         done_cuts += len(batch["cut_ids"])
         done_seconds += batch["feature_lens"].sum().item() * FRAME_SHIFT_SECONDS
         now = time.monotonic()
-        if now - last_report >= 10.0 or done_cuts == num_cuts:
+        if now - last_report >= 10.0 or done_cuts * world_size >= num_cuts:
             last_report = now
             elapsed = max(now - started, 1e-9)
-            eta = (seconds - done_seconds) / max(done_seconds / elapsed, 1e-9)
-            logging.info("%s: batch %d, %d/%d cuts, %.1f cuts/s, real-time factor %.4f, ETA %s",
-                         name, batch_index, done_cuts, num_cuts, done_cuts / elapsed,
-                         elapsed / max(done_seconds, 1e-9), format_duration(eta))
+            # The ranks progress alike: this one's share stands for all.
+            eta = (seconds / world_size - done_seconds) / max(done_seconds / elapsed, 1e-9)
+            logging.info("%s: batch %d, %d/%d cuts%s, %.1f cuts/s, real-time factor %.4f, ETA %s",
+                         name, batch_index, done_cuts, num_cuts, f" (rank {rank} of {world_size})" * (world_size > 1),
+                         done_cuts * world_size / elapsed, elapsed / max(done_seconds * world_size, 1e-9),
+                         format_duration(eta))
+    if world_size > 1:
+        logging.info("%s: rank %d of %d decoded %d of the %d cuts", name, rank, world_size, done_cuts, num_cuts)
+        gathered: List = [None] * world_size
+        dist.all_gather_object(gathered, (batches, busy, largest_cache, done_seconds))
+        batches = sorted((item for part in gathered for item in part[0]), key=lambda item: item[0])
+        busy = {key: sum(part[1][key] for part in gathered) for key in busy}
+        largest_cache = {key: max(part[2][key] for part in gathered if key in part[2])
+                         for key in {key for part in gathered for key in part[2]}}
+        done_seconds = sum(part[3] for part in gathered)
+    results = {key: [result for _, by_key in batches for result in by_key[key]] for _, _, key in settings}
     rtfs = {key: spent / max(done_seconds, 1e-9) for key, spent in busy.items()}
     for key, rtf in rtfs.items():
         logging.info("%s, %s: real-time factor %.4f (%.1f s for %.1f s of audio)", name, key, rtf, busy[key],
@@ -219,14 +265,6 @@ def print_summary(rates: Dict[str, Dict[str, float]], exp_dir: Path, suffix: str
             rtf = real_time_factors.get(name, {}).get(key)
             lines.append(f"  {name:<16} {key:<40} {rate:6.2f}" + ("" if rtf is None else f"   RTF {rtf:.4f}"))
     print("\n".join(lines))
-
-
-def choose_device(option: str) -> torch.device:
-    if option == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if option == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("ERROR: decode.device=cuda but no CUDA device is available")
-    return torch.device(option)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

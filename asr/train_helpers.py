@@ -46,16 +46,17 @@ class Distributed:
         return self.rank == 0
 
 
-def setup_distributed(device_option: str = "auto") -> Distributed:
-    """Join the torchrun process group (NCCL on GPUs, gloo on CPU) if WORLD_SIZE > 1."""
+def setup_distributed(device_option: str = "auto", option_name: str = "train.device") -> Distributed:
+    """Join the torchrun process group (NCCL on GPUs, gloo on CPU) if WORLD_SIZE > 1;
+    ``device_option`` is the value of ``option_name`` (auto, cpu, cuda)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_option not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"train.device must be auto, cpu or cuda, got {device_option!r}")
+        raise ValueError(f"{option_name} must be auto, cpu or cuda, got {device_option!r}")
     use_cuda = torch.cuda.is_available() if device_option == "auto" else device_option == "cuda"
     if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError("train.device=cuda but no CUDA device is available")
+        raise RuntimeError(f"{option_name}=cuda but no CUDA device is available")
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)

@@ -13,6 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from asr.config import RunConfig
+from asr.data import rank_max_duration
 from asr.family import load_family
 from asr.train_helpers import keep_gradient_strides, make_grad_scaler
 from asr.train_step import Trainee
@@ -81,7 +82,7 @@ def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:
     get_adjusted_batch_count): seconds of audio per update (all ranks, all accumulated
     microbatches) over the reference duration."""
     options = config.train
-    return config.data.max_duration * world_size * options.accum_grad / options.schedule_ref_duration
+    return rank_max_duration(config.data, world_size) * world_size * options.accum_grad / options.schedule_ref_duration
 
 
 def seed_everything(seed: int) -> None:

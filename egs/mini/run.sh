@@ -43,6 +43,11 @@ tiny_lm_copy_fraction=0.5
 # the query readout and streaming (stage 10) start q at the query token the LM learned there.
 tiny_lm_query_fraction=1.0
 tiny_lm_epochs=3
+# Training in several CPU processes (--cpu-processes N: torchrun, the N ranks sharing each
+# batch, data.batch_across_ranks). "default": stages 4 and 8 in one process (their results
+# in RESULTS.md), stage 10 in two on a machine with two cores or more: the same updates of
+# its two trainings in less time (RESULTS.md, "Stage 10 in two CPU processes").
+cpu_processes=default
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
   train_config train_args decode_args cpu_processes llm llm_config tiny_lm_copy_fraction tiny_lm_query_fraction
   tiny_lm_epochs)
@@ -66,6 +71,10 @@ case "$llm" in tiny|smollm2) ;; *) die "--llm must be tiny or smollm2, got '$llm
 preset_llm=$([[ "$(basename "$llm_config")" == *_smollm2.yaml ]] && echo smollm2 || echo tiny)
 [ "$preset_llm" = "$llm" ] || die "--llm-config $llm_config is a preset for --llm $preset_llm, not --llm $llm" \
   "(SmolLM2's presets: conf/llm_ctc_smollm2.yaml, conf/llm_ce_smollm2.yaml)"
+stage10_processes=$cpu_processes
+if [ "$cpu_processes" = default ]; then
+  cpu_processes=1 stage10_processes=$(($(getconf _NPROCESSORS_ONLN) >= 2 ? 2 : 1))
+fi
 case "$ctc_loss" in pruned|standard) ;; *) die "--ctc-loss must be pruned or standard, got '$ctc_loss'" ;; esac
 for count in num_train num_dev num_test vocab_size; do
   [[ "${!count}" =~ ^[1-9][0-9]*$ ]] || die "--${count//_/-} must be a positive integer, got '${!count}'"
@@ -194,7 +203,7 @@ streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
-  train_config=$llm_config config_option=--llm-config
+  train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
   exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
   training_settings model.llm="$llm_dir" model.encoder_path="$streaming_encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \

@@ -132,7 +132,9 @@ decode_args=""                 # extra overrides, e.g. "decode.avg=10 decode.bea
 exp_dir=exp/zipformer_pruned_ctc
 num_gpus=1                     # processes per node (torchrun when > 1); 0: one CPU process
 cpu_processes=1                # > 1 without GPUs (--num-gpus 0 or 1): torchrun with this many CPU
-                               # processes (gloo), one thread each, each rank its own batch
+                               # processes (gloo), one thread each, sharing each batch of
+                               # data.max_duration (data.batch_across_ranks): the preset's updates
+                               # in less time; decoding shares each test set among them
 num_nodes=1                    # > 1: also give --node-rank and --rdzv-endpoint HOST:PORT on every node
 node_rank=0
 rdzv_endpoint=""
@@ -177,8 +179,9 @@ train_model() {
     [ "$num_gpus" -le 1 ] && [ "$num_nodes" -eq 1 ] ||
       die "--cpu-processes $cpu_processes trains on one machine's CPU: not with --num-gpus $num_gpus or --num-nodes $num_nodes"
     launcher=(python -m torch.distributed.run --standalone --nproc-per-node "$cpu_processes" -m asr.train)
-    device=(train.device=cpu)
-    log "training in $cpu_processes CPU processes (gloo; one thread each unless OMP_NUM_THREADS is set; each its own batch)"
+    device=(train.device=cpu data.batch_across_ranks=true)
+    log "training in $cpu_processes CPU processes (gloo; one thread each unless OMP_NUM_THREADS is set;" \
+      "each draws 1/$cpu_processes of every batch)"
   elif [ "$num_nodes" -gt 1 ]; then
     [ -n "$rdzv_endpoint" ] || die "--num-nodes $num_nodes needs --rdzv-endpoint HOST:PORT (the same on every node)"
     [ "$num_gpus" -ge 1 ] || die "--num-nodes $num_nodes needs --num-gpus >= 1"
@@ -202,10 +205,16 @@ train_model() {
 
 # decode_model NAME=CUTS...: asr.decode of the test sets with $train_config's decode section
 # and --decode-args; it skips test sets whose results exist and prints the error-rate table.
+# With --cpu-processes N the N processes share each test set (torchrun, batch by batch).
 decode_model() {
-  local extra=()
+  local extra=() launcher=(python -m asr.decode) device=()
   read -r -a extra <<< "$decode_args"
-  python -m asr.decode --config "$train_config" "${train_settings[@]}" \
+  [[ "$cpu_processes" =~ ^[1-9][0-9]*$ ]] || die "--cpu-processes must be a positive integer, got '$cpu_processes'"
+  if [ "$cpu_processes" -gt 1 ]; then
+    launcher=(python -m torch.distributed.run --standalone --nproc-per-node "$cpu_processes" -m asr.decode)
+    device=(decode.device=cpu)
+  fi
+  "${launcher[@]}" --config "$train_config" "${device[@]}" "${train_settings[@]}" \
     decode.test_cuts="$(comma_list "$@")" "${extra[@]}"
 }
 

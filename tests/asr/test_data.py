@@ -183,6 +183,30 @@ def test_sampler_ranks_see_disjoint_cuts_that_cover_all(corpus: Dict[str, Path])
     assert sorted(seen[0] + seen[1]) == KEPT
 
 
+def test_ranks_sharing_each_batch_draw_their_share_of_max_duration(corpus: Dict[str, Path]) -> None:
+    """data.batch_across_ranks: two ranks each draw batches of at most max_duration / 2
+    seconds, disjoint and covering every kept cut; without it each rank fills max_duration."""
+    tokenizer = CharTokenizer(corpus["tokens"])
+
+    def rank_batches(across: bool) -> List[List[List[str]]]:
+        batches = []
+        for rank in (0, 1):
+            train = build_train_dataloader(options_for(corpus, max_duration=10.0, batch_across_ranks=across),
+                                           tokenizer, encoder_output_lengths, world_size=2, rank=rank)
+            train.set_epoch(1)
+            batches.append([[cut.id for cut in batch] for batch in train.sampler])
+        return batches
+
+    def seconds(batch: List[str]) -> float:
+        return sum(CORPUS[cut_id][0] for cut_id in batch)
+
+    shared = rank_batches(across=True)
+    assert all(seconds(batch) <= 5.0 for rank in shared for batch in rank)
+    ids = [[cut_id for batch in rank for cut_id in batch] for rank in shared]
+    assert not set(ids[0]) & set(ids[1]) and sorted(ids[0] + ids[1]) == KEPT
+    assert any(seconds(batch) > 5.0 for rank in rank_batches(across=False) for batch in rank)
+
+
 def test_resumed_sampler_yields_exactly_the_remaining_batches(corpus: Dict[str, Path]) -> None:
     # A worker prefetches batches, so the sampler runs ahead of the training loop.
     options = options_for(corpus, max_duration=5.0, num_workers=1, enable_spec_aug=True, enable_musan=True)

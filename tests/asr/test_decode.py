@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -23,6 +27,7 @@ from asr.config import load_run_config
 from asr.search import ctc_greedy_search
 from asr.tokenizer import load_tokenizer
 
+REPO = Path(__file__).resolve().parents[2]
 TEST = {
     "utt-1": (1.3, "HELLO WORLD"),
     "utt-2": (1.7, "PRUNED CTC"),
@@ -230,3 +235,26 @@ def test_an_explicit_epoch_wins_over_the_iteration_the_run_saved(corpus, tmp_pat
     # The two epochs' weights differ (write_epochs moves them), and so do the log-probs decoded.
     weights = [torch.load(exp_dir / f"epoch-{e}.pt", weights_only=False)["model"] for e in (1, 2)]
     assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_two_processes_share_a_test_set_and_write_the_files_of_one(exp_dir: Path, corpus, tmp_path: Path) -> None:
+    """Under torchrun each rank decodes every other batch; rank 0 writes recogs, errs and
+    summary identical to one process's."""
+    options = ["--test-cuts", str(corpus["test"]), "--device", "cpu", "--epoch", "2", "--avg", "1",
+               "--use-averaged-model", "false", "--method", "ctc-greedy-search", "ctc-prefix-beam-search",
+               "--compute-cer", "false", "--max-duration", "2.2"]  # one cut per batch: three batches
+    one, two = tmp_path / "one", tmp_path / "two"
+    for folder in (one, two):
+        shutil.copytree(exp_dir, folder, ignore=shutil.ignore_patterns("log", "*.txt"))
+    main(["--exp-dir", str(one), *options])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             "-m", "asr.decode", "--exp-dir", str(two), *options],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = sorted(path.name for path in one.glob("*.txt"))
+    assert len(written) == 5 and sorted(path.name for path in two.glob("*.txt")) == written
+    for name in written:
+        assert (two / name).read_text() == (one / name).read_text(), name
+    rank_1_log = next((two / "log").glob("log-decode-*-rank1")).read_text()
+    assert "valid: rank 1 of 2 decoded 1 of the 3 cuts" in rank_1_log

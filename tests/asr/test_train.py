@@ -167,6 +167,10 @@ def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
     assert schedule_units_per_batch(config, world_size=2) * 300 == 300 * 1400 * 2 / 600
     config = load_run_config(None, ["data.max_duration=40", "train.schedule_ref_duration=40"])
     assert schedule_units_per_batch(config, world_size=1) == 1
+    # Ranks that share each batch advance the schedules as one process with that batch.
+    config = load_run_config(None, ["data.max_duration=40", "train.schedule_ref_duration=40",
+                                    "data.batch_across_ranks=true"])
+    assert schedule_units_per_batch(config, world_size=2) == schedule_units_per_batch(config, world_size=1) == 1
     with pytest.raises(ValueError, match="schedule_ref_duration must be > 0 seconds, got 0"):
         load_run_config(None, ["train.schedule_ref_duration=0"])
 

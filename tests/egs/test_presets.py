@@ -35,7 +35,8 @@ ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_
          "zipformer": {"model.streaming": False, "model.streaming_chunk_seconds": 2,
                        "model.streaming_max_history": 8, "model.streaming_seed": 0}}
 ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1,
-                         "data.concatenate_probability": 1.0, "train.init_from": ""}
+                         "data.concatenate_probability": 1.0, "data.batch_across_ranks": False,
+                         "train.init_from": ""}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
 # stage 7's tiny LM learned; egs/mini RESULTS.md; llm_ce.yaml extends it and never reads it).
 CHANGED_SINCE = {"egs/mini/conf/llm_ctc.yaml": {"model.query_init": "<|fim_pad|>"},

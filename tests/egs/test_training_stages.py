@@ -286,9 +286,72 @@ def test_cpu_processes_train_through_torchrun_on_the_cpu(recipe_copy, tmp_path):
     assert len(launches) == 1
     command = launches[0]
     assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
-    assert command[6:10] == ["asr.train", "--config", "conf/train.yaml", "train.device=cpu"]
+    # The ranks share each batch: the preset's updates, as one process would train them.
+    assert command[6:11] == ["asr.train", "--config", "conf/train.yaml", "train.device=cpu",
+                             "data.batch_across_ranks=true"]
     assert command[-1] == "train.device=auto"  # the user's override still comes last
-    assert "training in 2 CPU processes" in result.stdout
+    assert "training in 2 CPU processes" in result.stdout and "each draws 1/2 of every batch" in result.stdout
+
+
+MINI_STAGE_10_PYTHON = """#!/usr/bin/env bash
+# Stand-in for python: one CPU core or two, and every program of stage 10 recorded, not run.
+case "$*" in
+  *torch.cuda.device_count*) echo 0; exit 0 ;;
+  "-m "*) echo "$*" >> "{record}"; exit 0 ;;
+esac
+exec "{real}" "$@"
+"""
+
+
+@pytest.mark.parametrize("cores, options, processes", [
+    (2, (), 2), (1, (), 1), (2, ("--cpu-processes", "1"), 1), (2, ("--cpu-processes", "3"), 3),
+])
+def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_copy, tmp_path, cores, options,
+                                                                      processes):
+    """egs/mini: stages 4 and 8 train in one process unless --cpu-processes says otherwise;
+    stage 10's two trainings and its decodes in two processes on a machine of two cores or more."""
+    recipe = recipe_copy("mini")
+    for path in ("exp/full_pruned_ctc/decoding.pt", "exp/full_llm_ctc/checkpoint-1200.pt"):
+        (recipe / path).parent.mkdir(parents=True, exist_ok=True)
+        (recipe / path).write_bytes(b"")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "launches.txt"
+    (bin_dir / "python").write_text(MINI_STAGE_10_PYTHON.format(record=record, real=sys.executable))
+    (bin_dir / "getconf").write_text(f"#!/usr/bin/env bash\necho {cores}\n")
+    for program in bin_dir.iterdir():
+        program.chmod(0o755)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")])
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10", *options],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    trainings = [command for command in launches if "asr.train" in command]
+    assert [command[command.index("--config") + 1] for command in trainings] == \
+        ["conf/train_streaming.yaml", "conf/llm_ctc.yaml"]
+    for command in trainings:
+        if processes == 1:
+            assert command[:3] == ["-m", "asr.train", "--config"] and "data.batch_across_ranks=true" not in command
+        else:
+            assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                   str(processes), "-m"]
+            assert command[9:11] == ["train.device=cpu", "data.batch_across_ranks=true"]
+    # Its decodes (the encoder's windows, then the LLM's sentences and recordings) share the test sets.
+    decodes = [command for command in launches if "asr.decode" in command]
+    assert len(decodes) == 3
+    for command in decodes:
+        launcher = ["-m", "asr.decode"] if processes == 1 else \
+            ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m", "asr.decode"]
+        assert command[:len(launcher)] == launcher and ("decode.device=cpu" in command) == (processes > 1)
+    # Stage 4 keeps one process by default.
+    record.unlink()
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--stop-stage", "4", *options],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    [stage_4] = [shlex.split(line) for line in record.read_text().splitlines()]
+    stage_4_processes = processes if options else 1
+    assert stage_4[:2] == (["-m", "asr.train"] if stage_4_processes == 1 else ["-m", "torch.distributed.run"]), \
+        result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("options, message", [
