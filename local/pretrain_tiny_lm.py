@@ -52,6 +52,16 @@ a 2-layer LM that meets this task only in LLM-CTC training, through LoRA and a q
 vector learned from scratch, learns it slowly (egs/mini RESULTS.md, "Why the query readout
 learns slowly"); learned here, LLM-CTC starts q from Q's embedding (``model.query_init``).
 
+``--join-fraction F`` adds a fraction F of the transcripts again, each joined with 1 to
+``--join-max - 1`` others drawn at random into one text (``" ".join``, as a cut of
+joined sentences reads, ``asr.cut_filters.cut_text``), as language-model sequences
+``EOS t_1 t_2 .. EOS`` (not as copies or query examples). A sentence that starts after another is
+tokenized differently from one at the start of a text (byte-level BPE: " why", not
+"why"): a token form that no training text holds keeps the shared unused row, which
+the frozen head of LLM-CTC can never name, so LLM-CTC trained on joined cuts (stage 10)
+learned to delete those words at every join (egs/mini: " why", " that" and " one" begin
+13% of the training sentences; egs/mini RESULTS.md, "Sentence starts after a join").
+
 The result is written with ``save_pretrained`` to a temporary folder that is renamed
 when complete; an existing result is kept (the program says so).
 """
@@ -116,6 +126,16 @@ def training_sequences(token_ids: List[List[int]], eos: int, copy_fraction: floa
     single = [[eos] + ids + [eos] for ids in token_ids]
     chosen = rng.sample(range(len(token_ids)), round(copy_fraction * len(token_ids)))
     return single + [[eos] + token_ids[i] + [eos] + token_ids[i] + [eos] for i in chosen]
+
+
+def joined_texts(texts: List[str], fraction: float, max_sentences: int, rng: random.Random) -> List[str]:
+    """round(fraction * count) transcripts drawn without replacement by ``rng``, each
+    followed by 1 to ``max_sentences`` - 1 others drawn at random, joined by spaces."""
+    if max_sentences < 2:
+        return []
+    chosen = rng.sample(range(len(texts)), round(fraction * len(texts)))
+    return [" ".join([texts[i]] + [rng.choice(texts) for _ in range(rng.randint(1, max_sentences - 1))])
+            for i in chosen]
 
 
 Example = Tuple[List[int], List[int]]  # token ids and the target at each position (-1: none)
@@ -272,6 +292,11 @@ def main(argv: Sequence[str] = None) -> None:
     parser.add_argument("--query-chunk", type=int, default=25,
                         help="positions per chunk of the streaming query examples (0: none; 25 = 2 s of "
                              "12.5 positions per second)")
+    parser.add_argument("--join-fraction", type=float, default=0.0,
+                        help="fraction of the transcripts added again joined with others (the forms a "
+                             "sentence takes after another; egs/mini: 0.25)")
+    parser.add_argument("--join-max", type=int, default=3,
+                        help="at most this many sentences in a joined text")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=0,
                         help="torch intra-op threads (0: the cores idle at the start, asr.threads)")
@@ -282,12 +307,14 @@ def main(argv: Sequence[str] = None) -> None:
             raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not args.embedding_std > 0:
         raise SystemExit(f"ERROR: --embedding-std must be > 0, got {args.embedding_std}")
-    for name in ("copy_fraction", "query_fraction"):
+    for name in ("copy_fraction", "query_fraction", "join_fraction"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SystemExit(f"ERROR: --{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     if args.query_stretch < 1 or args.query_chunk < 0:
         raise SystemExit(f"ERROR: --query-stretch must be >= 1 and --query-chunk >= 0, got {args.query_stretch} "
                          f"and {args.query_chunk}")
+    if args.join_max < 2:
+        raise SystemExit(f"ERROR: --join-max must be >= 2 (sentences in a joined text), got {args.join_max}")
     if args.threads < 0:
         raise SystemExit(f"ERROR: --threads must be >= 0 (0: the idle cores), got {args.threads}")
     if args.hidden % args.heads:
@@ -305,9 +332,12 @@ def main(argv: Sequence[str] = None) -> None:
     tokenizer_dir = args.tokenizer_dir or qwen3_tokenizer_dir()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     texts = read_transcripts(args.manifests)
+    joined = joined_texts(texts, args.join_fraction, args.join_max, random.Random(args.seed + 3))
     eos = tokenizer.eos_token_id
     token_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     sequences = training_sequences(token_ids, eos, args.copy_fraction, random.Random(args.seed))
+    sequences += [[eos] + ids + [eos] for ids in (tokenizer(joined, add_special_tokens=False)["input_ids"]
+                                                  if joined else [])]
     checks = []
     if args.query_fraction > 0:
         query = query_token_id(tokenizer, args.query_token)
@@ -324,8 +354,9 @@ def main(argv: Sequence[str] = None) -> None:
     model = tiny_qwen3(args, vocab_size=QWEN3_HEAD_ROWS).train()
     with torch.no_grad():
         model.model.embed_tokens.weight.normal_(0.0, args.embedding_std)  # tied: the head's rows
-    logging.info("tiny Qwen3: %d layers, width %d, %d parameters; %d transcripts, %d distinct tokens",
-                 args.layers, args.hidden, sum(p.numel() for p in model.parameters()), len(texts), len(rows))
+    logging.info("tiny Qwen3: %d layers, width %d, %d parameters; %d texts (%d of them joined), %d distinct "
+                 "tokens", args.layers, args.hidden, sum(p.numel() for p in model.parameters()),
+                 len(texts) + len(joined), len(joined), len(rows))
     # Starts as an ordinary random row; trained as the one vector of all unused rows.
     unused = torch.nn.Parameter(model.lm_head.weight[-1].detach().clone())
     optimizer = torch.optim.AdamW(list(model.parameters()) + [unused], lr=args.lr, weight_decay=0.0)

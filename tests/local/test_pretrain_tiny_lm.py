@@ -146,3 +146,60 @@ def test_query_fraction_outside_zero_to_one_is_refused(tmp_path):
 def test_negative_threads_are_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"--threads must be >= 0 \(0: the idle cores\), got -1"):
         main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--threads", "-1"])
+
+
+def test_joined_texts_join_each_chosen_transcript_with_one_to_max_minus_one_others():
+    from local.pretrain_tiny_lm import joined_texts
+
+    texts = [f"sentence{i} says {i}" for i in range(40)]
+    joined = joined_texts(texts, 0.5, 4, random.Random(0))
+    assert len(joined) == 20
+    firsts, lengths = [], set()
+    for text in joined:
+        words = text.split(" ")
+        sentences = [" ".join(words[k:k + 3]) for k in range(0, len(words), 3)]
+        assert all(s in texts for s in sentences) and text == " ".join(sentences)
+        firsts.append(sentences[0])
+        lengths.add(len(sentences))
+    assert len(set(firsts)) == 20  # drawn without replacement
+    assert lengths == {2, 3, 4}
+    assert joined_texts(texts, 0.0, 4, random.Random(0)) == []
+
+
+def write_supervisions(path, texts):
+    import gzip
+    import json
+
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        for i, text in enumerate(texts):
+            out.write(json.dumps({"id": f"s{i}", "recording_id": f"r{i}", "start": 0.0, "duration": 1.0,
+                                  "channel": 0, "text": text}) + "\n")
+
+
+@pytest.mark.parametrize("join_fraction", [0.0, 1.0])
+def test_joined_texts_train_the_head_row_of_a_sentence_start_after_a_join(tmp_path, join_fraction):
+    """With the real Qwen3 tokenizer: "why" opening a text and " why" after another
+    sentence are different tokens. Without joins " why" keeps the shared unused row,
+    one the frozen head of LLM-CTC cannot name; joined texts train it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from local.pretrain_tiny_lm import qwen3_tokenizer_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())
+    alone, = tokenizer.encode("why", add_special_tokens=False)
+    after = tokenizer.encode("go why", add_special_tokens=False)[-1]
+    assert alone != after
+    manifest = tmp_path / "supervisions.jsonl.gz"
+    write_supervisions(manifest, ["why go", "why stop", "go now", "stop now"])
+    out = tmp_path / "lm"
+    main([str(out), "--manifests", str(manifest), "--hidden", "16", "--layers", "1", "--heads", "2",
+          "--epochs", "1", "--threads", "1", "--join-fraction", str(join_fraction), "--join-max", "2"])
+    head = AutoModelForCausalLM.from_pretrained(out).lm_head.weight.detach()
+    unused = head[-1]  # the tokenizer has fewer tokens than the head has rows: a never-seen row
+    assert not torch.equal(head[alone], unused)
+    assert torch.equal(head[after], unused) == (join_fraction == 0.0)
+
+
+def test_join_max_below_two_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match=r"--join-max must be >= 2 \(sentences in a joined text\), got 1"):
+        main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--join-max", "1"])
