@@ -157,7 +157,7 @@ if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encode
   python -m local.export_decoding_weights "$zipformer_exp_dir" "$encoder_weights"
   if [ "$llm" = tiny ]; then
     # One thread: the same LM bit for bit on every run (torch's sums in another order give
-    # another LM, and LLM-CTC's start from it varies widely; RESULTS.md, "Sentence starts").
+    # another LM, and LLM-CTC varies widely with it; RESULTS.md, "Sentence starts after a join").
     python -m local.pretrain_tiny_lm "$llm_dir" --threads 1 --copy-fraction "$tiny_lm_copy_fraction" \
       --query-fraction "$tiny_lm_query_fraction" --epochs "$tiny_lm_epochs" --join-fraction "$tiny_lm_join_fraction" \
       --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
