@@ -134,16 +134,21 @@ class SpeechLLM(Recognizer):
     def parameter_groups(self, weight_decay: float) -> List[dict]:
         """AdamW groups: weight decay on matrices (LoRA, projector linears) only; biases,
         norms, the query vector and the blank offset are not decayed (decaying eta
-        towards 0 would undo its log c_bl start). A trained encoder's groups carry
-        ``lr_scale`` (``model.encoder_lr_scale``)."""
-        encoder = {id(p) for p in self.encoder.parameters()}
-        parts = [(False, {})] + ([(True, {"lr_scale": self.config.encoder_lr_scale})] if self.encoder.trainable else [])
+        towards 0 would undo its log c_bl start). The projector's parameters run at
+        ``model.projector_lr_scale`` x optim.lr, a trained encoder's at
+        ``model.encoder_lr_scale`` x optim.lr: groups of another scale than 1 carry it as
+        ``lr_scale``."""
+        scale_of = {id(p): scale for module, scale in ((self.projector, self.config.projector_lr_scale),
+                                                        (self.encoder, self.config.encoder_lr_scale))
+                    for p in module.parameters()}
+        by_scale: Dict[float, Tuple[list, list]] = {1.0: ([], [])}
+        for parameter in self.parameters():
+            if parameter.requires_grad:
+                decay, no_decay = by_scale.setdefault(scale_of.get(id(parameter), 1.0), ([], []))
+                (decay if parameter.dim() >= 2 else no_decay).append(parameter)
         groups = []
-        for own, extra in parts:
-            decay, no_decay = [], []
-            for parameter in self.parameters():
-                if parameter.requires_grad and (id(parameter) in encoder) == own:
-                    (decay if parameter.dim() >= 2 else no_decay).append(parameter)
+        for scale, (decay, no_decay) in by_scale.items():
+            extra = {} if scale == 1.0 else {"lr_scale": scale}
             groups += [{"params": decay, "weight_decay": weight_decay, **extra},
                        {"params": no_decay, "weight_decay": 0.0, **extra}]
         return groups

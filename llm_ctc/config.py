@@ -67,6 +67,12 @@ class LLMASRConfig:
     projector_type: str = "stack"
     projector_stack: int = 5
     projector_hidden: int = 4096
+    # The projector trains at this multiple of optim.lr (1: the paper's one learning rate).
+    # egs/mini's tiny LM adds 15-17x an embedding's norm to its residual stream, and at
+    # optim.lr the projector's output grows too slowly to carry the speech through it: at
+    # 1 LLM-CTC stalls on some draws of the same run (egs/mini RESULTS.md, "The projector's
+    # learning rate").
+    projector_lr_scale: float = 1.0
     # Qwen3-ASR: start the "mlp" projector from the checkpoint's own projector.
     projector_from_encoder: bool = False
     # LLM-CTC.
@@ -133,6 +139,8 @@ class LLMASRConfig:
         for name in ("projector_stack", "projector_hidden", "chunk_size", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
+        if not self.projector_lr_scale > 0:
+            raise ValueError(f"model.projector_lr_scale must be > 0 (1: optim.lr), got {self.projector_lr_scale!r}")
         if not self.encoder_lr_scale >= 0:
             raise ValueError(f"model.encoder_lr_scale must be >= 0 (0: frozen encoder), got {self.encoder_lr_scale!r}")
         if self.lora_rank < 0:

@@ -31,15 +31,16 @@ REMOVED = {"model.ce_beam"}  # never read: generation searched with decode.beam
 CHANGED_DEFAULTS = {"train.exp_dir": ("exp/zipformer", "exp/zipformer_pruned_ctc")}
 # Fields added to a family's schema since, with their defaults.
 ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_chunks": 0,
-                     "model.encoder_lr_scale": 0.0},
+                     "model.encoder_lr_scale": 0.0, "model.projector_lr_scale": 1.0},
          "zipformer": {"model.streaming": False, "model.streaming_chunk_seconds": 2,
                        "model.streaming_max_history": 8, "model.streaming_seed": 0}}
 ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1,
                          "data.concatenate_probability": 1.0, "data.batch_across_ranks": False,
                          "train.init_from": ""}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
-# stage 7's tiny LM learned; egs/mini RESULTS.md; llm_ce.yaml extends it and never reads it).
-CHANGED_SINCE = {"egs/mini/conf/llm_ctc.yaml": {"model.query_init": "<|fim_pad|>"},
+# stage 7's tiny LM learned, and the projector at 10 x optim.lr; egs/mini RESULTS.md;
+# llm_ce.yaml extends it and never reads query_init).
+CHANGED_SINCE = {"egs/mini/conf/llm_ctc.yaml": {"model.query_init": "<|fim_pad|>", "model.projector_lr_scale": 10},
                  "egs/mini/conf/llm_ce.yaml": {"model.query_init": "<|fim_pad|>"}}
 
 
