@@ -19,7 +19,8 @@ def format_value(value: Any) -> str:
 
 def parse_value(raw: str, kind: str, name: str) -> Any:
     """``raw`` read as ``kind``: bool, int, float, str, ``Optional[...]`` of one of them
-    (``none`` / ``null`` / empty give None) or ``Tuple[int|str, ...]`` (comma separated)."""
+    (``none`` / ``null`` / empty give None) or ``Tuple[int|str, ...]`` (comma separated,
+    optionally in brackets as YAML writes a list: ``a,b`` or ``[a, b]``)."""
     kind = kind.replace(" ", "")
     try:
         if kind.startswith("Optional["):
@@ -28,6 +29,10 @@ def parse_value(raw: str, kind: str, name: str) -> Any:
             return parse_value(raw, kind[len("Optional["):-1], name)
         if kind.startswith(("Tuple[", "tuple[")):
             item_kind = kind[kind.index("[") + 1:].split(",")[0]
+            if raw.startswith("[") and raw.endswith("]"):
+                raw = raw[1:-1]
+            elif raw.startswith("[") or raw.endswith("]"):
+                raise ValueError(raw)  # one bracket only: not a list
             return tuple(parse_value(v.strip(), item_kind, name) for v in raw.split(",") if v.strip())
         if kind == "bool":
             lowered = raw.lower()

@@ -183,3 +183,14 @@ def test_the_experiment_folder_default_is_the_recipes_zipformer_folder():
 ])
 def test_format_value_writes_what_parse_value_reads(value, kind):
     assert parse_value(format_value(value), kind, "x") == value
+
+
+@pytest.mark.parametrize("raw", ["q_proj,v_proj", "[q_proj,v_proj]", "[q_proj, v_proj]", " q_proj , v_proj "])
+def test_tuple_overrides_read_as_a_comma_list_or_a_yaml_list(raw):
+    assert parse_value(raw.strip(), "Tuple[str, ...]", "model.lora_targets") == ("q_proj", "v_proj")
+
+
+@pytest.mark.parametrize("raw", ["[q_proj,v_proj", "q_proj,v_proj]"])
+def test_a_tuple_override_with_one_bracket_is_refused_naming_it(raw):
+    with pytest.raises(ValueError, match=r"model\.lora_targets"):
+        parse_value(raw, "Tuple[str, ...]", "model.lora_targets")
