@@ -19,6 +19,12 @@ own speech position +-1 (and what uniform attention over the visible keys would 
 there: chance) and +-3, and on the queries; and the mean distance from the most attended
 speech key to t). A readout that has learned to find its speech puts most of
 some head's mass within +-1 of t.
+
+And ``contributions.tsv``: at the same readout positions, the mean norm of the input
+(the projected speech, or q), of what each layer's attention and MLP add to the residual
+stream, and of the residual after each layer. Naming the token heard at frame t needs
+frame t's speech to outweigh what the layers bring from elsewhere (egs/mini RESULTS.md,
+"What a stalled run looks like inside").
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -56,6 +62,54 @@ def readout_attention(model, features: torch.Tensor, feature_lens: torch.Tensor)
         index = rows[:, None, :, None].expand(-1, weights.shape[1], -1, weights.shape[3])
         layers.append(torch.gather(weights, 2, index))
     return layers, lens, starts, batch.speech_start, batch.inputs_embeds.shape[1]
+
+
+def decoder_layers(backbone: torch.nn.Module) -> torch.nn.ModuleList:
+    """The backbone's decoder layers, through any LoRA or causal-LM wrapper."""
+    for module in backbone.modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+            return layers
+    raise ValueError(f"no decoder layers found in {type(backbone).__name__}")
+
+
+def readout_contributions(model, features: torch.Tensor, feature_lens: torch.Tensor) -> List[Tuple[str, float, int]]:
+    """(component, sum of norms, count) at the readout positions of every utterance: the
+    input, then per layer k its attention output, MLP output and the residual after it."""
+    from llm_ctc.sequence import build_sequences
+
+    speech, lens = model.speech_embeddings(features, feature_lens)
+    prompt = model.embed_tokens(torch.tensor(model.prompt_ids, dtype=torch.long, device=model.device))
+    query = None if model.query is None else model.query.to(speech.dtype)
+    batch = build_sequences(prompt, speech, lens, query=query)
+    starts = batch.tail_start if query is not None else torch.full_like(lens, batch.speech_start)
+    rows = torch.arange(int(lens.max()))[None, :] + starts[:, None]
+    valid = torch.arange(int(lens.max()))[None, :] < lens[:, None]
+    rows = rows.clamp(max=batch.inputs_embeds.shape[1] - 1)
+    outputs = {}
+
+    def keep(name):
+        def hook(module, inputs, output):
+            outputs[name] = (output[0] if isinstance(output, tuple) else output).detach()
+        return hook
+
+    names, handles = [], []
+    for k, layer in enumerate(decoder_layers(model.llm)):
+        for part, module in (("attention", layer.self_attn), ("mlp", layer.mlp), ("residual", layer)):
+            names.append(f"layer{k + 1}_{part}")
+            handles.append(module.register_forward_hook(keep(names[-1])))
+    try:
+        model.llm(inputs_embeds=batch.inputs_embeds, attention_mask=batch.attention_mask,
+                  position_ids=batch.position_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    table = []
+    for name, values in [("input", batch.inputs_embeds)] + [(name, outputs[name]) for name in names]:
+        picked = torch.gather(values, 1, rows[:, :, None].expand(-1, -1, values.shape[-1]))
+        norms = picked.double().norm(dim=-1)[valid]
+        table.append((name, float(norms.sum()), int(norms.numel())))
+    return table
 
 
 def attention_table(layers: List[torch.Tensor], lens: torch.Tensor, starts: torch.Tensor, prompt_len: int) -> List[dict]:
@@ -153,7 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    table, pictures = [], None
+    table, pictures, contributions = [], None, None
     for start in range(0, len(cuts), 10):
         group = cuts[start:start + 10]
         feats = [torch.from_numpy(cut.load_features()) for cut in group]
@@ -161,6 +215,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         features = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
         with torch.no_grad():
             layers, speech_lens, starts, prompt_len, _ = readout_attention(model, features, lens)
+            parts = readout_contributions(model, features, lens)
+        contributions = parts if contributions is None else [
+            (name, total + more, count + extra) for (name, total, count), (_, more, extra) in zip(contributions, parts)]
         table.append((attention_table(layers, speech_lens, starts, prompt_len), int(speech_lens.sum())))
         if pictures is None:
             pictures = ([w[:args.num_utterances] for w in layers], speech_lens[:args.num_utterances],
@@ -173,12 +230,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     lines = ["\t".join(COLUMNS)] + ["\t".join(str(r[c]) if c in ("layer", "head") else f"{r[c]:.3f}" for c in COLUMNS)
                                     for r in merged]
     write_text_atomically(args.output_dir / "attention.tsv", "\n".join(lines) + "\n")
+    norms = ["component\tmean_norm"] + [f"{name}\t{total / count:.3f}" for name, total, count in contributions]
+    write_text_atomically(args.output_dir / "contributions.tsv", "\n".join(norms) + "\n")
     readout = config.model.readout
     plot(*pictures, title=f"{readout} readout, {args.exp_dir.name}/{weights.paths[-1].name} (avg {weights.avg}):\n"
          "attention of frame t's readout position, mean over heads; red dots: frame t's own speech position",
          path=args.output_dir / "attention.png")
-    print("\n".join(lines))
-    logging.info("wrote %s and %s", args.output_dir / "attention.tsv", args.output_dir / "attention.png")
+    print("\n".join(lines + [""] + norms))
+    logging.info("wrote %s, %s and %s", args.output_dir / "attention.tsv", args.output_dir / "contributions.tsv",
+                 args.output_dir / "attention.png")
 
 
 if __name__ == "__main__":

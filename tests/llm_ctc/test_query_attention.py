@@ -1,13 +1,15 @@
 """local.query_attention: the attention it reads at the readout positions is the eager
-attention of each utterance run alone (the definition, unpadded), and its table's masses
-are the sums the docstring names, checked on attention maps built by hand."""
+attention of each utterance run alone (the definition, unpadded), its table's masses
+are the sums the docstring names, checked on attention maps built by hand, and its
+contributions are the norms of each utterance's own hidden states (transformers'
+``output_hidden_states``, no hooks)."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from local.query_attention import attention_table, main, readout_attention
+from local.query_attention import attention_table, decoder_layers, main, readout_attention, readout_contributions
 from references.tiny_llm import random_features
 
 
@@ -41,6 +43,51 @@ def test_readout_rows_are_the_attention_of_each_utterance_alone(readout, eager_m
                 torch.testing.assert_close(weights[n, :, :length].sum(-1), torch.ones(weights.shape[1], length))
     expected_start = prompt_len + speech_lens if readout == "query" else torch.full_like(speech_lens, prompt_len)
     assert starts.tolist() == expected_start.tolist()
+
+
+@pytest.mark.parametrize("readout", ["query", "speech"])
+def test_contributions_are_the_norms_of_each_utterance_alone(readout, eager_models):
+    from llm_ctc.sequence import build_sequences
+
+    model = eager_models[readout]
+    features, lens = random_features([90, 41, 66], seed=2)
+    with torch.no_grad():
+        table = readout_contributions(model, features, lens)
+        depth = len(decoder_layers(model.llm))
+        sums = {name: 0.0 for name, _, _ in table}
+        frames = 0
+        final_norm = model.llm.get_base_model().norm if hasattr(model.llm, "get_base_model") else model.llm.norm
+        for n in range(3):
+            speech, speech_lens = model.speech_embeddings(features[n:n + 1, :int(lens[n])], lens[n:n + 1])
+            prompt = model.embed_tokens(torch.tensor(model.prompt_ids, dtype=torch.long))
+            query = None if model.query is None else model.query
+            batch = build_sequences(prompt, speech, speech_lens, query=query)
+            length = int(speech_lens[0])
+            start = batch.speech_start + (length if query is not None else 0)
+            rows = slice(start, start + length)
+            states = model.llm(inputs_embeds=batch.inputs_embeds, attention_mask=batch.attention_mask,
+                               position_ids=batch.position_ids, output_hidden_states=True).hidden_states
+            sums["input"] += float((speech[0] if query is None else query.expand(length, -1)).double().norm(dim=-1).sum())
+            for k in range(depth - 1):  # the last hidden state is after the final norm
+                sums[f"layer{k + 1}_residual"] += float(states[k + 1][0, rows].double().norm(dim=-1).sum())
+            identity = torch.nn.Identity()
+            holder = model.llm.get_base_model() if hasattr(model.llm, "get_base_model") else model.llm
+            holder.norm = identity
+            try:
+                last = model.llm(inputs_embeds=batch.inputs_embeds, attention_mask=batch.attention_mask,
+                                 position_ids=batch.position_ids).last_hidden_state
+            finally:
+                holder.norm = final_norm
+            sums[f"layer{depth}_residual"] += float(last[0, rows].double().norm(dim=-1).sum())
+            frames += length
+    assert [name for name, _, _ in table] == ["input"] + [f"layer{k}_{part}" for k in range(1, depth + 1)
+                                                         for part in ("attention", "mlp", "residual")]
+    for name, total, count in table:
+        assert count == frames
+        if name == "input" or name.endswith("residual"):
+            assert total == pytest.approx(sums[name], rel=1e-5), name
+        else:
+            assert total > 0, name
 
 
 def test_table_masses_follow_their_definitions():
