@@ -157,3 +157,43 @@ def test_decode_settings_name_each_history_and_refuse_bad_ones():
     assert DecodeOptions(history_seconds=8).history_seconds == (8,)
     with pytest.raises(ValueError, match="decode.history_seconds must be whole seconds >= 1, got \\[0\\]"):
         DecodeOptions(history_seconds=(0,))
+
+
+def test_a_trained_encoder_gets_the_true_gradient_through_the_chunk_windows(ctc_config, qwen3_tokenizer):
+    """model.encoder_lr_scale > 0 with model.streaming (egs/mini stage 10): the loss reaches
+    the encoder's weights through every chunk window (the history's frames too), and its
+    gradient equals a central difference of the streaming loss in float64, to the precision
+    of the Zipformer's stored activation derivatives."""
+    from llm_ctc.family import build_model, build_tokenizer
+
+    config = dataclasses.replace(ctc_config, streaming=True, alignment_beam=None, streaming_seed=3,
+                                 encoder_lr_scale=0.1)
+    tokenizer = build_tokenizer(config)
+    torch.manual_seed(12)
+    model = build_model(config, tokenizer.vocab_size, tokenizer.blank_id).double()
+    perturb_lora(model)
+    model.train()
+    assert not model.encoder.training and all(p.requires_grad for p in model.encoder.parameters())
+    features, lens = random_features([1030, 610], seed=23)  # 3 and 2 chunks
+    features = features.double()
+    targets = model.encode_texts(["the cat sat on the mat", "hello world"])
+    step = next(s for s in range(1, 100) if history_for_step(3, s) == 2)
+    model.start_update(step, 0.0)
+    model.zero_grad(set_to_none=True)
+    loss = model(features, lens, targets)
+    loss.backward()
+    assert model.last_history == 2
+    name, weight = next((n, p) for n, p in model.encoder.named_parameters() if p.dim() == 2)
+    assert weight.grad is not None and weight.grad.abs().sum() > 0, name
+    direction = torch.randn_like(weight)
+    step_size = 1e-5
+    with torch.no_grad():
+        weight += step_size * direction
+        up = model(features, lens, targets)
+        weight -= 2 * step_size * direction
+        down = model(features, lens, targets)
+        weight += step_size * direction
+    numeric = (up - down).item() / (2 * step_size)
+    analytic = (weight.grad * direction).sum().item()
+    # SwooshL/R keep their derivative in 256 levels for the backward (zipformer/scaling.py).
+    assert numeric == pytest.approx(analytic, rel=2e-3), (numeric, analytic)
