@@ -30,6 +30,29 @@ def perturb_lora(model, scale: float = 0.05) -> None:
                 parameter.normal_(std=scale)
 
 
+
+def assert_encoder_gradient_is_central_difference(model, loss_of_model, seed: int = 0) -> None:
+    """The first 2-D weight of ``model.encoder`` has a nonzero gradient from
+    ``loss_of_model(model).backward()``, equal along a random direction to a central
+    difference of the loss (float64 models). Not exact: the Zipformer's SwooshL/R keep their
+    derivative in 256 levels for the backward pass (zipformer/scaling.py), about 2e-4
+    relative here."""
+    name, weight = next((n, p) for n, p in model.encoder.named_parameters() if p.dim() == 2)
+    model.zero_grad(set_to_none=True)
+    loss_of_model(model).backward()
+    assert weight.grad is not None and weight.grad.abs().sum() > 0, name
+    direction = torch.randn(weight.shape, dtype=weight.dtype, generator=torch.Generator().manual_seed(seed))
+    step = 1e-5
+    with torch.no_grad():
+        weight += step * direction
+        up = loss_of_model(model)
+        weight -= 2 * step * direction
+        down = loss_of_model(model)
+        weight += step * direction
+    numeric = (up - down).item() / (2 * step)
+    analytic = (weight.grad * direction).sum().item()
+    assert numeric == pytest.approx(analytic, rel=2e-3), (name, numeric, analytic)
+
 def random_features(lengths, dim=80, seed=0):
     generator = torch.Generator().manual_seed(seed)
     features = torch.randn(len(lengths), max(lengths), dim, generator=generator)
