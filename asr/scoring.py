@@ -26,6 +26,7 @@ hyphens become spaces, and fillers and tags that are not scored are removed.
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 from collections import Counter
@@ -46,6 +47,7 @@ __all__ = [
     "format_recogs",
     "format_wer_summary",
     "normalize_gigaspeech_text",
+    "read_recogs",
     "save_results",
 ]
 
@@ -240,6 +242,23 @@ def format_recogs(results: Sequence[Result], compute_cer: bool = False) -> str:
     for cut_id, reference, hypothesis in _scoring_units(results, compute_cer):
         lines += [f"{cut_id}:\tref={reference}", f"{cut_id}:\thyp={hypothesis}"]
     return "".join(line + "\n" for line in lines)
+
+
+def read_recogs(path: Path) -> Dict[str, Tuple[List[str], List[str]]]:
+    """cut id -> (reference words, hypothesis words) of an icefall recogs- file (what
+    :func:`format_recogs` writes); a line of another form, or a cut without both lines, is
+    an error naming the file and line."""
+    found: Dict[str, Dict[str, List[str]]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        key, sep, rest = line.partition(":\t")
+        side, equals, words = rest.partition("=")
+        if not sep or not equals or side not in ("ref", "hyp"):
+            raise ValueError(f"{path}:{number}: expected '<cut id>:\\tref=[...]' or 'hyp=[...]', got {line[:80]!r}")
+        found.setdefault(key, {})[side] = ast.literal_eval(words)
+    incomplete = [key for key, sides in found.items() if len(sides) != 2]
+    if incomplete:
+        raise ValueError(f"{path}: cut {incomplete[0]} lacks its ref= or hyp= line")
+    return {key: (sides["ref"], sides["hyp"]) for key, sides in found.items()}
 
 
 def format_wer_summary(rates: Mapping[str, float]) -> str:

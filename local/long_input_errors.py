@@ -17,32 +17,16 @@ recogs files are ``asr.decode``'s. Substitutions and deletions belong to referen
 from __future__ import annotations
 
 import argparse
-import ast
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import kaldialign
 
-from asr.scoring import ERROR_SYMBOL
+from asr.scoring import ERROR_SYMBOL, read_recogs
 
 PLACES = ("first", "last", "other")
 CORRECT, SUBSTITUTED, DELETED = "C", "S", "D"
-
-
-def read_recogs(path: Path) -> Dict[str, Tuple[List[str], List[str]]]:
-    """cut id -> (reference words, hypothesis words) of an icefall recogs- file."""
-    found: Dict[str, Dict[str, List[str]]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        key, sep, rest = line.partition(":\t")
-        side, equals, words = rest.partition("=")
-        if not sep or not equals or side not in ("ref", "hyp"):
-            raise ValueError(f"{path}:{number}: expected '<cut id>:\\tref=[...]' or 'hyp=[...]', got {line[:80]!r}")
-        found.setdefault(key, {})[side] = ast.literal_eval(words)
-    incomplete = [key for key, sides in found.items() if len(sides) != 2]
-    if incomplete:
-        raise ValueError(f"{path}: cut {incomplete[0]} lacks its ref= or hyp= line")
-    return {key: (sides["ref"], sides["hyp"]) for key, sides in found.items()}
 
 
 def reference_word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -> Tuple[List[str], int]:

@@ -16,6 +16,7 @@ from asr.scoring import (
     format_recogs,
     format_wer_summary,
     normalize_gigaspeech_text,
+    read_recogs,
     save_results,
 )
 
@@ -221,3 +222,17 @@ def test_gigaspeech_normalization_hand_checked():
 def test_bad_arguments_raise_errors_naming_the_argument(tmp_path, call, error, message):
     with pytest.raises(error, match=message):
         call(tmp_path)
+
+
+def test_read_recogs_reads_what_the_decoder_writes(tmp_path):
+    results = [("long-000-0", ["a", "b", "c"], ["a", "c"]), ("s-1", ["d"], [])]
+    path = tmp_path / "recogs.txt"
+    path.write_text(format_recogs(results))
+    assert read_recogs(path) == {"long-000-0": (["a", "b", "c"], ["a", "c"]), "s-1": (["d"], [])}
+
+
+def test_read_recogs_names_a_cut_without_its_hypothesis(tmp_path):
+    path = tmp_path / "recogs.txt"
+    path.write_text("s-1:\tref=['a']\n")
+    with pytest.raises(ValueError, match="cut s-1 lacks its ref= or hyp= line"):
+        read_recogs(path)

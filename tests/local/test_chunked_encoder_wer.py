@@ -56,7 +56,7 @@ def test_every_setting_is_scored_on_the_same_words(small_training_corpus, tmp_pa
     # Each setting's hypotheses, as recogs- files, score to the table's errors (kaldialign).
     import kaldialign
 
-    from local.long_input_errors import read_recogs
+    from asr.scoring import read_recogs
 
     names = {"whole, stored features": "whole-stored-features", "whole, per-chunk features":
              "whole-per-chunk-features", "chunked, h = 1 s": "chunked-h1s", "chunked, h = 2 s": "chunked-h2s"}

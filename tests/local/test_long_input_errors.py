@@ -1,28 +1,13 @@
-"""local.long_input_errors: reads the recogs files asr.scoring writes, and counts each
-reference word's error at its place in its sentence and its sentence's start time, as
-worked out by hand from the definition on a small example."""
+"""local.long_input_errors: counts each reference word's error at its place in its sentence
+and its sentence's start time, as worked out by hand from the definition on a small
+example."""
 
 from collections import Counter
 
 import pytest
 
-from asr.scoring import format_recogs
-from local.long_input_errors import (count_errors, format_table, place_in_sentence, read_recogs,
+from local.long_input_errors import (count_errors, format_table, place_in_sentence,
                                      reference_word_errors)
-
-
-def test_read_recogs_reads_what_the_decoder_writes(tmp_path):
-    results = [("long-000-0", ["a", "b", "c"], ["a", "c"]), ("s-1", ["d"], [])]
-    path = tmp_path / "recogs.txt"
-    path.write_text(format_recogs(results))
-    assert read_recogs(path) == {"long-000-0": (["a", "b", "c"], ["a", "c"]), "s-1": (["d"], [])}
-
-
-def test_read_recogs_names_a_cut_without_its_hypothesis(tmp_path):
-    path = tmp_path / "recogs.txt"
-    path.write_text("s-1:\tref=['a']\n")
-    with pytest.raises(ValueError, match="cut s-1 lacks its ref= or hyp= line"):
-        read_recogs(path)
 
 
 def test_places_in_a_sentence():

@@ -1,0 +1,134 @@
+"""Is one decoding's WER really above another's on the same test set? A paired bootstrap
+over the test utterances (Bisani and Ney, "Bootstrap estimates for confidence intervals in
+ASR performance evaluation", ICASSP 2004): each of ``--samples`` resamples draws as many
+utterances as the test set holds, with replacement, and scores both decodings on the same
+draw. For each decoding after the first it prints the WER, the ratio of its WER to the
+first's with the central 95% of the resampled ratios, and the fraction of resamples on
+which it makes more errors than the first::
+
+    python -m local.compare_wer \\
+        exp/full_llm_ctc_speech/recogs-test-clean-ctc-prefix-beam-search_<setting>.txt \\
+        exp/full_llm_ctc_query/recogs-test-clean-ctc-prefix-beam-search_<setting>.txt
+
+On a small test set the interval is wide: on egs/mini's 200 test sentences (1,618 words),
+12 errors against 17 (0.74% and 1.05% WER) put the ratio anywhere from 0.76x to 3.14x
+(egs/mini/RESULTS.md). The bootstrap measures what the choice of test utterances does,
+not what a training run's seed does; compare seeds as separate decodings. The recogs
+files are ``asr.decode``'s; every file must hold the same cut ids with the same
+references.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import kaldialign
+import numpy as np
+
+from asr.scoring import read_recogs
+
+
+@dataclass
+class Comparison:
+    """One decoding against the first: WERs (%), the ratio of the two, the central
+    ``level`` of the resampled ratios, and the fraction of resamples on which the
+    decoding makes more errors than the first (ties count half)."""
+
+    name: str
+    words: int
+    errors: int
+    wer: float
+    ratio: float
+    low: float
+    high: float
+    worse: float
+
+
+def utterance_errors(results: Dict[str, Tuple[List[str], List[str]]], ids: Sequence[str]) -> np.ndarray:
+    """Errors (substitutions + deletions + insertions) of each cut in ``ids``."""
+    return np.array([kaldialign.edit_distance(*results[cut_id])["total"] for cut_id in ids], dtype=np.int64)
+
+
+def paired_bootstrap(words: np.ndarray, first: np.ndarray, other: np.ndarray, samples: int = 10000,
+                     seed: int = 0, level: float = 0.95) -> Tuple[float, float, float]:
+    """(low, high, worse) over ``samples`` resamples of the utterances: the central
+    ``level`` of other's errors over first's, and the fraction of resamples on which other
+    makes more errors (ties count half). ``words``, ``first``, ``other``: per utterance."""
+    if not len(words) == len(first) == len(other) or len(words) == 0:
+        raise ValueError(f"paired_bootstrap: per-utterance arrays of one nonzero length expected, got "
+                         f"{len(words)}, {len(first)}, {len(other)}")
+    if samples < 1:
+        raise ValueError(f"--samples must be positive, got {samples}")
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(words), size=(samples, len(words)))
+    first_errors, other_errors = first[draws].sum(1), other[draws].sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(first_errors > 0, other_errors / np.maximum(first_errors, 1),
+                          np.where(other_errors > 0, np.inf, 1.0))
+    low, high = np.quantile(ratios, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
+    worse = float(np.mean((other_errors > first_errors) + 0.5 * (other_errors == first_errors)))
+    return float(low), float(high), worse
+
+
+def compare(paths: Sequence[Path], samples: int = 10000, seed: int = 0) -> List[Comparison]:
+    """The first recogs file, then each other one against it (same cut ids and references),
+    each named by its file name, or by its folder when all files have one name (the same
+    decoding setting of several experiments)."""
+    if len(paths) < 2:
+        raise ValueError(f"two recogs files or more expected, got {len(paths)}")
+    results = [read_recogs(path) for path in paths]
+    ids = sorted(results[0])
+    for path, other in zip(paths[1:], results[1:]):
+        if sorted(other) != ids:
+            missing = sorted(set(ids) ^ set(other))
+            raise ValueError(f"{path} and {paths[0]} hold different cuts (e.g. {missing[0]}): "
+                             "compare decodings of one test set")
+        changed = [cut_id for cut_id in ids if other[cut_id][0] != results[0][cut_id][0]]
+        if changed:
+            raise ValueError(f"{path} and {paths[0]} have other references for cut {changed[0]}")
+    words = np.array([len(results[0][cut_id][0]) for cut_id in ids], dtype=np.int64)
+    first = utterance_errors(results[0], ids)
+    found = []
+    for path, result in zip(paths, results):
+        name = path.parent.name if len({p.name for p in paths}) == 1 else path.name
+        errors = utterance_errors(result, ids)
+        low, high, worse = paired_bootstrap(words, first, errors, samples, seed)
+        wer = 100 * errors.sum() / words.sum()
+        ratio = errors.sum() / first.sum() if first.sum() else float("inf") if errors.sum() else 1.0
+        found.append(Comparison(name, int(words.sum()), int(errors.sum()), wer, ratio, low, high, worse))
+    return found
+
+
+def format_comparisons(comparisons: Sequence[Comparison]) -> str:
+    lines = ["| recogs | words | errors | WER | / first | 95% of resamples | more errors than the first |",
+             "|---|---|---|---|---|---|---|"]
+    for number, row in enumerate(comparisons):
+        if number == 0:
+            lines.append(f"| {row.name} | {row.words} | {row.errors} | {row.wer:.2f}% | 1 | - | - |")
+        else:
+            lines.append(f"| {row.name} | {row.words} | {row.errors} | {row.wer:.2f}% | {row.ratio:.2f}x "
+                         f"| {row.low:.2f}-{row.high:.2f}x | {100 * row.worse:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recogs", type=Path, nargs="+", help="recogs- files of one test set; the first is the base")
+    parser.add_argument("--samples", type=int, default=10000, help="bootstrap resamples (default 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    args = parser.parse_args(argv)
+    for path in args.recogs:
+        if not path.is_file():
+            raise SystemExit(f"ERROR: {path} does not exist")
+    try:
+        print(format_comparisons(compare(args.recogs, args.samples, args.seed)), end="")
+    except ValueError as error:
+        raise SystemExit(f"ERROR: {error}")
+
+
+if __name__ == "__main__":
+    main()

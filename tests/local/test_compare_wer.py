@@ -1,0 +1,85 @@
+"""local.compare_wer: per-utterance errors against a Levenshtein distance written out here,
+and the paired bootstrap against the exact distribution of every equally likely draw on
+a three-utterance test set."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from asr.scoring import format_recogs
+from local.compare_wer import compare, format_comparisons, main, paired_bootstrap, utterance_errors
+
+
+def levenshtein(reference, hypothesis):
+    row = list(range(len(hypothesis) + 1))
+    for i, ref in enumerate(reference, 1):
+        previous, row[0] = row[0], i
+        for j, hyp in enumerate(hypothesis, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ref != hyp))
+    return row[-1]
+
+
+def test_utterance_errors_are_the_levenshtein_distance():
+    pairs = {"a": (["x", "y", "z"], ["x", "z", "w", "v"]), "b": (["p"], []), "c": (["q", "r"], ["q", "r"])}
+    assert utterance_errors(pairs, ["a", "b", "c"]).tolist() == [levenshtein(*pairs[k]) for k in "abc"] == [3, 1, 0]
+
+
+def exact_ratio(first_errors, other_errors):
+    if first_errors:
+        return other_errors / first_errors
+    return np.inf if other_errors else 1.0
+
+
+def exact_quantiles_and_worse(first, other):
+    """The 2.5% and 97.5% quantiles of the ratio (the first atom whose CDF reaches each) and
+    P(other makes more errors; ties half) over every equally likely draw."""
+    draws = [list(d) for d in itertools.product(range(len(first)), repeat=len(first))]
+    ratios = sorted(exact_ratio(first[d].sum(), other[d].sum()) for d in draws)
+    cdf = np.arange(1, len(draws) + 1) / len(draws)
+    worse = np.mean([(other[d].sum() > first[d].sum()) + 0.5 * (other[d].sum() == first[d].sum()) for d in draws])
+    return ratios[int(np.argmax(cdf >= 0.025))], ratios[int(np.argmax(cdf >= 0.975))], worse, ratios
+
+
+# The second set: a draw of only its error-free second utterance has an infinite ratio.
+@pytest.mark.parametrize("first, other, interior", [([1, 2, 1, 3], [2, 1, 0, 4], True), ([1, 0, 2], [0, 3, 2], False)])
+def test_the_bootstrap_matches_the_exact_distribution_of_every_draw(first, other, interior):
+    first, other = np.array(first), np.array(other)
+    exact_low, exact_high, exact_worse, ratios = exact_quantiles_and_worse(first, other)
+    low, high, worse = paired_bootstrap(np.full(len(first), 5), first, other, samples=40000, seed=1)
+    assert worse == pytest.approx(exact_worse, abs=0.01)
+    assert (low, high) == (exact_low, exact_high)
+    assert (ratios[0] < low < high < ratios[-1]) == interior
+
+
+def test_a_decoding_that_doubles_every_utterances_errors_is_twice_as_bad_on_every_resample():
+    words, first = np.array([4, 6, 9, 2]), np.array([1, 2, 0, 1])
+    low, high, worse = paired_bootstrap(words, first, 2 * first, samples=2000)
+    # Worse unless the draw holds only the error-free utterance (a tie): (1/4)^4 of draws.
+    assert (low, high) == (2.0, 2.0) and worse == pytest.approx(1 - 0.5 * 0.25 ** 4, abs=0.005)
+
+
+def write(path, results):
+    path.write_text(format_recogs(results))
+    return path
+
+
+def test_compare_reads_recogs_files_and_names_what_does_not_match(tmp_path):
+    base = write(tmp_path / "a.txt", [("u1", ["a", "b"], ["a", "b"]), ("u2", ["c", "d", "e"], ["c"])])
+    other = write(tmp_path / "b.txt", [("u1", ["a", "b"], ["a", "x"]), ("u2", ["c", "d", "e"], ["c", "d", "e"])])
+    rows = compare([base, other], samples=500)
+    assert [(r.name, r.words, r.errors) for r in rows] == [("a.txt", 5, 2), ("b.txt", 5, 1)]
+    assert rows[1].wer == pytest.approx(20.0) and rows[1].ratio == pytest.approx(0.5)
+    assert "| 0.50x |" in format_comparisons(rows)
+    fewer = write(tmp_path / "c.txt", [("u1", ["a", "b"], ["a", "b"])])
+    with pytest.raises(ValueError, match="hold different cuts .*u2"):
+        compare([base, fewer])
+    other_ref = write(tmp_path / "d.txt", [("u1", ["a", "q"], ["a"]), ("u2", ["c", "d", "e"], ["c"])])
+    with pytest.raises(ValueError, match="other references for cut u1"):
+        compare([base, other_ref])
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    same_name = [base.rename(tmp_path / "x" / "r.txt"), other.rename(tmp_path / "y" / "r.txt")]
+    assert [r.name for r in compare(same_name, samples=10)] == ["x", "y"]
+    with pytest.raises(SystemExit, match="does not exist"):
+        main([str(same_name[0]), str(tmp_path / "missing.txt")])
