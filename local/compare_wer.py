@@ -15,7 +15,9 @@ On a small test set the interval is wide: on egs/mini's 200 test sentences (1,61
 (egs/mini/RESULTS.md). The bootstrap measures what the choice of test utterances does,
 not what a training run's seed does; compare seeds as separate decodings. The recogs
 files are ``asr.decode``'s; every file must hold the same cut ids with the same
-references.
+references. With ``--joined data/full/test_long`` the first file decodes the test sentences
+one by one and the others the 30-60 s recordings ``local.join_utterances`` joined them
+into (egs/mini stage 10), and the bootstrap draws recordings.
 """
 
 from __future__ import annotations
@@ -73,28 +75,53 @@ def paired_bootstrap(words: np.ndarray, first: np.ndarray, other: np.ndarray, sa
     return float(low), float(high), worse
 
 
-def compare(paths: Sequence[Path], samples: int = 10000, seed: int = 0) -> List[Comparison]:
+def read_joined(folder: Path) -> Dict[str, List[str]]:
+    """Long cut id -> the sentence cut ids joined into it, from ``local.join_utterances``'s
+    folder (``cuts.jsonl.gz``, ``members.tsv``)."""
+    from lhotse import load_manifest
+
+    for path in (folder / "cuts.jsonl.gz", folder / "members.tsv"):
+        if not path.is_file():
+            raise ValueError(f"--joined: {path} does not exist (expected local.join_utterances's folder)")
+    members = {}
+    for line in (folder / "members.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        long_id, _, cut_ids = line.split("\t")
+        members[long_id] = cut_ids.split(",")
+    return {cut.id: members[cut.recording_id] for cut in load_manifest(folder / "cuts.jsonl.gz")}
+
+
+def compare(paths: Sequence[Path], samples: int = 10000, seed: int = 0,
+            joined: Optional[Dict[str, List[str]]] = None) -> List[Comparison]:
     """The first recogs file, then each other one against it (same cut ids and references),
     each named by its file name, or by its folder when all files have one name (the same
-    decoding setting of several experiments)."""
+    decoding setting of several experiments). With ``joined`` (long cut id -> its sentence
+    ids, :func:`read_joined`) the first file decodes the sentences one by one and the others
+    the long recordings they were joined into: the bootstrap draws recordings, each paired
+    with its sentences' errors in the first file."""
     if len(paths) < 2:
         raise ValueError(f"two recogs files or more expected, got {len(paths)}")
     results = [read_recogs(path) for path in paths]
-    ids = sorted(results[0])
+    units = joined if joined is not None else {cut_id: [cut_id] for cut_id in results[0]}
+    ids = sorted(units)
+    missing = sorted({member for cut_id in ids for member in units[cut_id]} - set(results[0]))
+    if missing:
+        raise ValueError(f"{paths[0]} lacks sentence {missing[0]} of a joined recording")
+    references = {cut_id: [word for member in units[cut_id] for word in results[0][member][0]] for cut_id in ids}
     for path, other in zip(paths[1:], results[1:]):
         if sorted(other) != ids:
-            missing = sorted(set(ids) ^ set(other))
-            raise ValueError(f"{path} and {paths[0]} hold different cuts (e.g. {missing[0]}): "
-                             "compare decodings of one test set")
-        changed = [cut_id for cut_id in ids if other[cut_id][0] != results[0][cut_id][0]]
+            different = sorted(set(ids) ^ set(other))
+            raise ValueError(f"{path} and {paths[0]} hold different cuts (e.g. {different[0]}): "
+                             "compare decodings of one test set" + (" (its joined recordings)" if joined else ""))
+        changed = [cut_id for cut_id in ids if other[cut_id][0] != references[cut_id]]
         if changed:
             raise ValueError(f"{path} and {paths[0]} have other references for cut {changed[0]}")
-    words = np.array([len(results[0][cut_id][0]) for cut_id in ids], dtype=np.int64)
-    first = utterance_errors(results[0], ids)
+    words = np.array([len(references[cut_id]) for cut_id in ids], dtype=np.int64)
+    per_sentence = dict(zip(results[0], utterance_errors(results[0], list(results[0]))))
+    first = np.array([sum(per_sentence[member] for member in units[cut_id]) for cut_id in ids], dtype=np.int64)
     found = []
-    for path, result in zip(paths, results):
+    for number, (path, result) in enumerate(zip(paths, results)):
         name = path.parent.name if len({p.name for p in paths}) == 1 else path.name
-        errors = utterance_errors(result, ids)
+        errors = first if number == 0 else utterance_errors(result, ids)
         low, high, worse = paired_bootstrap(words, first, errors, samples, seed)
         wer = 100 * errors.sum() / words.sum()
         ratio = errors.sum() / first.sum() if first.sum() else float("inf") if errors.sum() else 1.0
@@ -120,12 +147,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("recogs", type=Path, nargs="+", help="recogs- files of one test set; the first is the base")
     parser.add_argument("--samples", type=int, default=10000, help="bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    parser.add_argument("--joined", type=Path, help="local.join_utterances's folder: the first recogs file holds "
+                        "the sentences one by one, the others the long recordings they were joined into")
     args = parser.parse_args(argv)
     for path in args.recogs:
         if not path.is_file():
             raise SystemExit(f"ERROR: {path} does not exist")
     try:
-        print(format_comparisons(compare(args.recogs, args.samples, args.seed)), end="")
+        joined = read_joined(args.joined) if args.joined else None
+        print(format_comparisons(compare(args.recogs, args.samples, args.seed, joined)), end="")
     except ValueError as error:
         raise SystemExit(f"ERROR: {error}")
 

@@ -83,3 +83,39 @@ def test_compare_reads_recogs_files_and_names_what_does_not_match(tmp_path):
     assert [r.name for r in compare(same_name, samples=10)] == ["x", "y"]
     with pytest.raises(SystemExit, match="does not exist"):
         main([str(same_name[0]), str(tmp_path / "missing.txt")])
+
+
+def test_long_recordings_are_paired_with_their_sentences_one_by_one(tmp_path):
+    soundfile = pytest.importorskip("soundfile")
+    from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet, load_manifest
+
+    from local.compare_wer import read_joined
+    from local.join_utterances import main as join
+
+    texts = ["a b", "c d e", "f", "g h", "i j k"]
+    recordings, supervisions = [], []
+    for n, text in enumerate(texts):
+        path = tmp_path / f"u{n}.flac"
+        soundfile.write(path, np.zeros(16000, dtype=np.float32), 16000, subtype="PCM_16")
+        recordings.append(Recording.from_file(path, recording_id=f"u{n}"))
+        supervisions.append(SupervisionSegment(id=f"u{n}", recording_id=f"u{n}", start=0.0, duration=1.0,
+                                               channel=0, text=text))
+    CutSet.from_manifests(recordings=RecordingSet.from_recordings(recordings),
+                          supervisions=SupervisionSet.from_segments(supervisions)).to_file(tmp_path / "cuts.jsonl.gz")
+    join([str(tmp_path / "cuts.jsonl.gz"), str(tmp_path / "long"), "--min-seconds", "2", "--max-seconds", "3"])
+    groups = read_joined(tmp_path / "long")
+    sentence_ids = {cut.id: cut.supervisions[0].text.split() for cut in load_manifest(tmp_path / "cuts.jsonl.gz")}
+    assert sorted(m for members in groups.values() for m in members) == sorted(sentence_ids)
+    hypotheses = {cut_id: words[1:] for cut_id, words in sentence_ids.items()}  # each sentence loses its first word
+    one_by_one = write(tmp_path / "sentences.txt", [(c, sentence_ids[c], hypotheses[c]) for c in sentence_ids])
+    long_results = []
+    for long_id, members in groups.items():
+        reference = [w for m in members for w in sentence_ids[m]]
+        long_results.append((long_id, reference, reference[1:]))  # only the recording's first word lost
+    long_recogs = write(tmp_path / "long.txt", long_results)
+    rows = compare([one_by_one, long_recogs], samples=200, joined=groups)
+    assert [(r.words, r.errors) for r in rows] == [(11, 5), (11, len(groups))]  # 11 words in 5 sentences
+    assert rows[1].ratio == pytest.approx(len(groups) / 5) and rows[1].worse == 0.0
+    wrong = write(tmp_path / "wrong.txt", [(long_id, ["x"], []) for long_id in groups])
+    with pytest.raises(ValueError, match="other references"):
+        compare([one_by_one, wrong], joined=groups)
