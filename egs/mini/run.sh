@@ -15,10 +15,11 @@
 # section). Not run by default: 6 exports those weights to ONNX and decodes with sherpa-onnx;
 # (RESULTS.md, "LLM-CTC") 7 the LLM's parts (stage 5's decoding weights of the Zipformer as
 # one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts),
-# 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it; 10 streaming LLM-CTC from the
-# same preset, started from stage 8's, on the Zipformer fine-tuned on 2 s chunk windows:
-# train both, decode at h = 2, 4, 8 s, per-chunk latency over 60 s, and the test sentences
-# joined into 30-60 s recordings decoded chunk by chunk at h = 2 s.
+# 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it (dev-clean and test-clean);
+# 10 streaming LLM-CTC from the same preset, started from stage 8's, on the Zipformer
+# fine-tuned on 2 s chunk windows: train both, decode dev-clean and test-clean at h = 2, 4,
+# 8 s, per-chunk latency over 60 s, and the test sentences joined into 30-60 s recordings
+# decoded chunk by chunk at h = 2 s.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -182,8 +183,13 @@ if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_di
   train_model
 fi
 
-if run_stage 9 "decode test-clean with the LLM of $exp_dir"; then
-  decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
+# The LLM stages decode dev-clean too (the paper's Tables 9 and 5 give dev and test): no stage
+# chooses anything on it, and its 1,661 words beside test-clean's 1,618 narrow what a
+# comparison of two models can tell (python -m local.compare_wer; RESULTS.md).
+llm_test_sets=("dev-clean=$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz"
+  "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz")
+if run_stage 9 "decode dev-clean and test-clean with the LLM of $exp_dir"; then
+  decode_model "${llm_test_sets[@]}"
 fi
 
 # Streaming LLM-CTC (paper Sec. 4.3, App. D.4; RESULTS.md "Streaming LLM-CTC"). First the
@@ -239,7 +245,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
   train_model
   decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $user_decode_args"
-  decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
+  decode_model "${llm_test_sets[@]}"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
     --cuts "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" --seconds 60 --history 8 \
     --output-dir "$exp_dir/latency"

@@ -340,6 +340,11 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     # Its decodes (the encoder's windows, then the LLM's sentences and recordings) share the test sets.
     decodes = [command for command in launches if "asr.decode" in command]
     assert len(decodes) == 3
+    test_sets = [next(a for a in command if a.startswith("decode.test_cuts=")).split("=", 1)[1] for command in decodes]
+    fbank = "data/full/fbank/librispeech_cuts_"
+    assert test_sets == [f"test-clean={fbank}test-clean.jsonl.gz",  # the encoder's windows
+                         f"dev-clean={fbank}dev-clean.jsonl.gz,test-clean={fbank}test-clean.jsonl.gz",  # Tables 9, 5
+                         "test-clean-long=data/full/test_long/cuts.jsonl.gz"]
     for command in decodes:
         launcher = ["-m", "asr.decode"] if processes == 1 else \
             ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m", "asr.decode"]
