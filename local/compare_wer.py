@@ -65,8 +65,12 @@ def paired_bootstrap(words: np.ndarray, first: np.ndarray, other: np.ndarray, sa
     if samples < 1:
         raise ValueError(f"--samples must be positive, got {samples}")
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(words), size=(samples, len(words)))
-    first_errors, other_errors = first[draws].sum(1), other[draws].sum(1)
+    block = max(1, 2 ** 22 // len(words))  # resamples drawn at a time: ~32 MiB of indices
+    first_errors, other_errors = np.empty(samples, dtype=np.int64), np.empty(samples, dtype=np.int64)
+    for start in range(0, samples, block):
+        draws = rng.integers(0, len(words), size=(min(block, samples - start), len(words)))
+        first_errors[start:start + len(draws)] = first[draws].sum(1)
+        other_errors[start:start + len(draws)] = other[draws].sum(1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(first_errors > 0, other_errors / np.maximum(first_errors, 1),
                           np.where(other_errors > 0, np.inf, 1.0))
