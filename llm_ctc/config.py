@@ -63,6 +63,10 @@ class LLMASRConfig:
     # on whole utterances that streaming shows only 2 s windows (egs/mini RESULTS.md,
     # "Streaming"), unlike Qwen3-ASR's, pretrained with 1 s convolution chunks (App. D.4).
     encoder_lr_scale: float = 0.0
+    # With encoder_lr_scale > 0: 0 trains the whole encoder, N > 0 only its last N blocks
+    # (the Zipformer's stacks, Qwen3-ASR's layers) and what follows them, so that the
+    # backward pass stops there (egs/mini RESULTS.md, "The encoder's top stacks").
+    encoder_trained_blocks: int = 0
     # Projector.
     projector_type: str = "stack"
     projector_stack: int = 5
@@ -143,6 +147,12 @@ class LLMASRConfig:
             raise ValueError(f"model.projector_lr_scale must be > 0 (1: optim.lr), got {self.projector_lr_scale!r}")
         if not self.encoder_lr_scale >= 0:
             raise ValueError(f"model.encoder_lr_scale must be >= 0 (0: frozen encoder), got {self.encoder_lr_scale!r}")
+        if self.encoder_trained_blocks < 0:
+            raise ValueError("model.encoder_trained_blocks must be >= 0 (0: the whole encoder), got "
+                             f"{self.encoder_trained_blocks}")
+        if self.encoder_trained_blocks and not self.encoder_lr_scale > 0:
+            raise ValueError(f"model.encoder_trained_blocks={self.encoder_trained_blocks} trains part of a frozen "
+                             "encoder: set model.encoder_lr_scale > 0 as well")
         if self.lora_rank < 0:
             raise ValueError(f"model.lora_rank must be >= 0 (0: no LoRA), got {self.lora_rank}")
         if not 0.0 <= self.lora_dropout < 1.0:

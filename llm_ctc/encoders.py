@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import logging
 from pathlib import Path
-from typing import Callable, Dict, Tuple, Union
+from typing import Callable, Dict, List, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -45,11 +45,29 @@ class SpeechEncoder(nn.Module, metaclass=abc.ABCMeta):
         self.trainable = False
         super().train(False)
 
-    def unfreeze(self) -> None:
-        """Let gradients reach the weights (``model.encoder_lr_scale`` > 0); still no dropout."""
-        for parameter in self.parameters():
+    def unfreeze(self, top_blocks: int = 0) -> None:
+        """Let gradients reach the weights (``model.encoder_lr_scale`` > 0); still no dropout.
+        ``top_blocks`` > 0 (``model.encoder_trained_blocks``) trains only the last that many
+        of :meth:`blocks` and what follows them: the blocks below run without a graph, so
+        the backward pass stops at the lowest trained block."""
+        if top_blocks == 0:
+            trained = list(self.parameters())
+        else:
+            blocks, after = self.blocks()
+            if not 0 < top_blocks <= len(blocks):
+                raise ValueError(f"model.encoder_trained_blocks must be between 0 (all) and this encoder's "
+                                 f"{len(blocks)} blocks, got {top_blocks}")
+            trained = [p for module in list(blocks[len(blocks) - top_blocks:]) + list(after)
+                       for p in module.parameters()]
+        for parameter in trained:
             parameter.requires_grad_(True)
         self.trainable = True
+
+    def blocks(self) -> Tuple[List[nn.Module], List[nn.Module]]:
+        """The encoder's blocks from input to output, and the modules after the last one
+        (what ``model.encoder_trained_blocks`` counts)."""
+        raise ValueError(f"model.encoder_trained_blocks: {type(self).__name__} does not name its blocks; "
+                         "set it to 0 to train the whole encoder")
 
     def train(self, mode: bool = True) -> "SpeechEncoder":
         # A frozen encoder stays in evaluation mode even when the whole model trains.
@@ -97,6 +115,10 @@ class ZipformerSpeechEncoder(SpeechEncoder):
         out, out_lens = self.zipformer(features.to(dtype), feature_lens)
         return out, out_lens
 
+    def blocks(self) -> Tuple[List[nn.Module], List[nn.Module]]:
+        """The Zipformer's stacks (6 in every preset but ``tiny``) and its output downsampling."""
+        return list(self.zipformer.stacks), [self.zipformer.downsample_output]
+
     def output_lengths(self, num_frames: FrameCount) -> FrameCount:
         from zipformer.encoder import encoder_output_lengths
 
@@ -143,6 +165,10 @@ class Qwen3ASRSpeechEncoder(SpeechEncoder):
         out[valid] = packed
         return out, lengths
 
+    def blocks(self) -> Tuple[List[nn.Module], List[nn.Module]]:
+        """The audio tower's transformer layers and its final layer norm."""
+        return list(self.audio_tower.layers), [self.audio_tower.ln_post]
+
     def output_lengths(self, num_frames: FrameCount) -> FrameCount:
         """Windows of ``window`` mel frames, each convolved on its own."""
         as_tensor = torch.as_tensor(num_frames)
@@ -173,6 +199,10 @@ class SpearSpeechEncoder(SpeechEncoder):
         dtype = next(self.zipformer.parameters()).dtype
         return self.zipformer(features.to(dtype), feature_lens)
 
+    def blocks(self) -> Tuple[List[nn.Module], List[nn.Module]]:
+        """SPEAR's Zipformer stacks and its output downsampling."""
+        return list(self.zipformer.stacks), [self.zipformer.downsample_output]
+
     def output_lengths(self, num_frames):
         """Embeddings for ``num_frames`` fbank frames (an int or a tensor)."""
         from zipformer.spear import spear_output_lengths
@@ -200,9 +230,12 @@ def build_speech_encoder(config) -> SpeechEncoder:
         raise ValueError("model.encoder_path is empty: name the speech encoder's checkpoint")
     encoder = ENCODER_BUILDERS[config.encoder_type](config)
     if config.encoder_lr_scale > 0:
-        encoder.unfreeze()
+        encoder.unfreeze(config.encoder_trained_blocks)
+    trained = sum(p.numel() for p in encoder.parameters() if p.requires_grad)
     logging.info("speech encoder %s from %s: output width %d, %d parameters (%s)",
                  config.encoder_type, config.encoder_path, encoder.output_dim,
                  sum(p.numel() for p in encoder.parameters()),
-                 f"trained at {config.encoder_lr_scale:g} x optim.lr" if encoder.trainable else "frozen")
+                 (f"{trained} trained at {config.encoder_lr_scale:g} x optim.lr"
+                  + (f": the top {config.encoder_trained_blocks} blocks" if config.encoder_trained_blocks else ""))
+                 if encoder.trainable else "frozen")
     return encoder

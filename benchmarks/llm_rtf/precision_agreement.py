@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+import kaldialign
 import torch
 
 from benchmarks.llm_rtf.systems import PAPER_PRECISION, apply_precision
@@ -67,13 +68,8 @@ def recognize(model, utterance) -> str:
 
 
 def word_errors(reference: str, hypothesis: str) -> int:
-    ref, hyp = reference.split(), hypothesis.split()
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, 1):
-        previous, row[0] = row[0], i
-        for j, other in enumerate(hyp, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
-    return row[-1]
+    """Substitutions + deletions + insertions of the word-level Levenshtein alignment (kaldialign)."""
+    return kaldialign.edit_distance(reference.split(), hypothesis.split())["total"]
 
 
 def main(argv=None) -> None:

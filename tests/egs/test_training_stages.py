@@ -349,6 +349,12 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
         launcher = ["-m", "asr.decode"] if processes == 1 else \
             ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m", "asr.decode"]
         assert command[:len(launcher)] == launcher and ("decode.device=cpu" in command) == (processes > 1)
+    # The LLM step trains the encoder's top stacks; its decodes and latency run build the
+    # same model, or the checkpoint's encoder weights would not fit it.
+    latency = [command for command in launches if "llm_ctc.streaming.latency" in command]
+    for command in [trainings[1], *decodes[1:], *latency]:
+        assert {"model.encoder_lr_scale=0.1", "model.encoder_trained_blocks=3"} <= set(command), command
+    assert len(latency) == 1 and not any("encoder_trained_blocks" in a for a in trainings[0] + decodes[0])
     # Stage 4 keeps one process by default.
     record.unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--stop-stage", "4", *options],

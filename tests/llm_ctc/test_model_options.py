@@ -210,3 +210,45 @@ def test_a_trained_encoder_gets_the_true_gradient_at_its_own_learning_rate(ctc_c
     features = features.double()
     targets = model.encode_texts(["good day", "yes"])
     assert_encoder_gradient_is_central_difference(model, lambda m: m.loss(features, lengths, targets)[0], seed=48)
+
+
+def test_only_the_encoders_top_blocks_train(ctc_config, qwen3_tokenizer):
+    """model.encoder_trained_blocks=N: only the Zipformer's last N stacks and its output
+    downsampling get gradients, equal to those of the same weights in a wholly trained
+    encoder; nothing below the lowest trained stack has a gradient or is saved."""
+    whole = LLMCTCModel(dataclasses.replace(ctc_config, encoder_lr_scale=0.25), tokenizer=qwen3_tokenizer)
+    top = LLMCTCModel(dataclasses.replace(ctc_config, encoder_lr_scale=0.25, encoder_trained_blocks=1),
+                      tokenizer=qwen3_tokenizer)
+    top.load_state_dict(whole.state_dict())
+    stacks = top.encoder.zipformer.stacks
+    assert len(stacks) == 3
+    expected = {f"zipformer.stacks.2.{name}" for name, _ in stacks[2].named_parameters()} | {
+        f"zipformer.downsample_output.{name}" for name, _ in top.encoder.zipformer.downsample_output.named_parameters()}
+    assert {name for name, p in top.encoder.named_parameters() if p.requires_grad} == expected
+    assert {name for name in top.checkpoint_state_dict() if name.startswith("encoder.")} == {
+        f"encoder.{name}" for name in expected}
+
+    features, lengths = random_features([90, 60], seed=49)
+    targets = top.encode_texts(["good day", "yes"])
+    for model in (whole, top):
+        model.train()
+        model.zero_grad(set_to_none=True)
+        model.loss(features, lengths, targets)[0].backward()
+    whole_grads = dict(whole.encoder.named_parameters())
+    for name, parameter in top.encoder.named_parameters():
+        if name in expected:
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+            torch.testing.assert_close(parameter.grad, whole_grads[name].grad, rtol=1e-5, atol=1e-7)
+        else:
+            assert parameter.grad is None and whole_grads[name].grad is not None, name
+
+
+def test_encoder_trained_blocks_is_checked(ctc_config, qwen3_tokenizer):
+    with pytest.raises(ValueError, match=r"model.encoder_trained_blocks must be between 0 \(all\) and this "
+                                         r"encoder's 3 blocks, got 4"):
+        LLMCTCModel(dataclasses.replace(ctc_config, encoder_lr_scale=0.1, encoder_trained_blocks=4),
+                    tokenizer=qwen3_tokenizer)
+    with pytest.raises(ValueError, match="model.encoder_trained_blocks=2 trains part of a frozen encoder"):
+        dataclasses.replace(ctc_config, encoder_trained_blocks=2)
+    with pytest.raises(ValueError, match="model.encoder_trained_blocks must be >= 0"):
+        dataclasses.replace(ctc_config, encoder_lr_scale=0.1, encoder_trained_blocks=-1)

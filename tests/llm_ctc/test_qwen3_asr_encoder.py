@@ -55,3 +55,21 @@ def test_projector_from_encoder_needs_matching_widths(tiny_qwen3_asr_dir, tokeni
                           projector_from_encoder=True, lora_rank=0)
     with pytest.raises(ValueError, match="projector_hidden"):
         LLMCTCModel(config, tokenizer=qwen3_tokenizer)
+
+
+def test_top_blocks_of_qwen3_asr_are_its_last_layers(tiny_qwen3_asr_dir):
+    """model.encoder_trained_blocks=1 on Qwen3-ASR's tower: its last transformer layer and
+    final norm train, and only they get a gradient from the embeddings."""
+    from llm_ctc.encoders import Qwen3ASRSpeechEncoder
+
+    encoder = Qwen3ASRSpeechEncoder(str(tiny_qwen3_asr_dir))
+    last = len(encoder.audio_tower.layers) - 1
+    encoder.unfreeze(1)
+    trained = {name for name, p in encoder.named_parameters() if p.requires_grad}
+    assert trained and all(name.startswith((f"audio_tower.layers.{last}.", "audio_tower.ln_post."))
+                           for name in trained), trained
+    assert {name.split(".")[1] for name in trained} == {"layers", "ln_post"}
+    features, lengths = random_features([300, 200], dim=encoder.feature_dim, seed=5)
+    embeddings, _ = encoder(features, lengths)
+    embeddings.square().sum().backward()
+    assert all((p.grad is not None) == (name in trained) for name, p in encoder.named_parameters())
