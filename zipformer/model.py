@@ -42,6 +42,24 @@ class CTCModel(Recognizer):
         self.dropout = nn.Dropout(config.head_dropout)
         self.head = nn.Linear(config.output_dim, config.vocab_size)
         self.update = 0  # the training update (start_update), which keys a streaming model's h
+        for parameter in self.frozen_parameters():
+            parameter.requires_grad_(False)
+
+    def frozen_modules(self) -> List[nn.Module]:
+        """The front end and the stacks below the top ``config.trained_stacks`` (none when 0)."""
+        if not self.config.trained_stacks:
+            return []
+        below = self.config.num_stacks - self.config.trained_stacks
+        return [self.encoder.encoder_embed] + list(self.encoder.stacks[:below])
+
+    def frozen_parameters(self) -> List[nn.Parameter]:
+        return [p for module in self.frozen_modules() for p in module.parameters()]
+
+    def train(self, mode: bool = True) -> "CTCModel":
+        super().train(mode)
+        for module in self.frozen_modules():  # as decoding runs them: no dropout, no skipping
+            module.train(False)
+        return self
 
     @property
     def feature_dim(self) -> int:
@@ -144,13 +162,15 @@ def load_ctc_checkpoint(path: Union[str, os.PathLike], entry: str = "model", opt
 def parameter_groups(model: nn.Module, lr: float) -> List[dict]:
     """One optimizer group per distinct product of ``lr_scale`` attributes on enclosing
     modules (icefall's get_parameter_groups_with_lrs in egs/librispeech/ASR/zipformer/optim.py);
-    the Zipformer CTC recipe sets none: a single group at ``lr``."""
+    the Zipformer CTC recipe sets none: a single group at ``lr``. Frozen parameters
+    (``model.trained_stacks``) are left out."""
     groups: dict = {}
 
     def visit(module: nn.Module, scale: float) -> None:
         scale *= float(getattr(module, "lr_scale", 1.0))
         for param in module.parameters(recurse=False):
-            groups.setdefault(scale, []).append(param)
+            if param.requires_grad:
+                groups.setdefault(scale, []).append(param)
         for child in module.children():
             visit(child, scale)
 

@@ -79,6 +79,11 @@ class ZipformerConfig:
     streaming_chunk_seconds: int = 2
     streaming_max_history: int = 8
     streaming_seed: int = 0
+    # Fine-tuning only the encoder's top stacks: ``trained_stacks`` > 0 trains the last that
+    # many stacks, the output downsampling and the head; the front end and the stacks below
+    # keep their weights, run in evaluation mode and build no autograd graph, so the
+    # backward pass stops at the lowest trained stack (0 trains everything).
+    trained_stacks: int = 0
 
     # A preset name is accepted where a model section is read (asr.config.build_section).
     extra_keys: ClassVar[Dict[str, str]] = {"preset": "str"}
@@ -139,6 +144,9 @@ class ZipformerConfig:
             raise ValueError("streaming_chunk_seconds and streaming_max_history must be >= 1, streaming_seed >= 0, "
                              f"got {self.streaming_chunk_seconds}, {self.streaming_max_history} and "
                              f"{self.streaming_seed}")
+        if not 0 <= self.trained_stacks <= self.num_stacks:
+            raise ValueError(f"trained_stacks must be between 0 (all) and the {self.num_stacks} stacks, "
+                             f"got {self.trained_stacks}")
         if self.streaming and self.output_downsampling_factor != 2:
             raise ValueError("streaming (chunk windows) needs output_downsampling_factor 2 (25 frames per second), "
                              f"got {self.output_downsampling_factor}")

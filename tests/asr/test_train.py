@@ -247,6 +247,26 @@ def test_init_from_starts_the_run_from_another_runs_weights(corpus: Dict[str, Pa
     assert any(not torch.allclose(fresh[name], tensor) for name, tensor in source.items())
 
 
+def test_trained_stacks_fine_tune_moves_only_the_top_stacks_and_the_head(corpus: Dict[str, Path], uninterrupted: Path,
+                                                                          tmp_path: Path) -> None:
+    """model.trained_stacks through asr.train: the frozen front end and stacks, and their
+    averaged copies, leave the run as they came in; the top stack and the head move."""
+    source = load(uninterrupted / "epoch-2.pt")["model"]
+    main(arguments(corpus, tmp_path / "top", f"train.init_from={uninterrupted / 'epoch-2.pt'}",
+                   "model.trained_stacks=1", "train.max_batches=2"))
+    checkpoint = load(tmp_path / "top" / "checkpoint-2.pt")
+    stacks = checkpoint["config"]["model"]["num_encoder_layers"]
+    frozen = ("encoder.encoder_embed.",) + tuple(f"encoder.stacks.{i}." for i in range(len(stacks) - 1))
+    moved = set()
+    for entry in ("model", "model_avg"):
+        for name, tensor in checkpoint[entry].items():
+            if name.startswith(frozen):
+                assert torch.equal(tensor, source[name]), (entry, name)
+            elif tensor.is_floating_point() and not torch.equal(tensor, source[name]):
+                moved.add(name)
+    assert "head.weight" in moved and any(name.startswith(f"encoder.stacks.{len(stacks) - 1}.") for name in moved)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda folder: folder / "missing.pt", "train.init_from: checkpoint not found"),
     (lambda folder: torch.save({"epoch": 1}, folder / "no_model.pt") or folder / "no_model.pt",

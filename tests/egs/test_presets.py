@@ -34,7 +34,8 @@ ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_
                      "model.encoder_lr_scale": 0.0, "model.encoder_trained_blocks": 0,
                      "model.projector_lr_scale": 1.0},
          "zipformer": {"model.streaming": False, "model.streaming_chunk_seconds": 2,
-                       "model.streaming_max_history": 8, "model.streaming_seed": 0}}
+                       "model.streaming_max_history": 8, "model.streaming_seed": 0,
+                       "model.trained_stacks": 0}}
 ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1,
                          "data.concatenate_probability": 1.0, "data.batch_across_ranks": False,
                          "train.init_from": ""}

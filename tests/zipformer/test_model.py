@@ -149,6 +149,58 @@ def test_parameter_groups_follow_lr_scale_attributes(tiny_model):
     assert len(groups[0.02]) + len(groups[0.04]) == len(list(tiny_model.parameters()))
 
 
+def test_trained_stacks_train_only_the_top_stacks_with_the_whole_models_gradients():
+    # In evaluation mode (no dropout, no random gradient modifiers) the partly trained model
+    # computes what the whole one does, so the top stack's and the head's gradients must be
+    # the whole model's; below, none.
+    torch.manual_seed(0)
+    whole = CTCModel(get_preset("tiny", vocab_size=30))
+    top = CTCModel(get_preset("tiny", vocab_size=30, trained_stacks=1))
+    top.load_state_dict(whole.state_dict())
+    top.train()  # in training, what is frozen runs as decoding runs it
+    assert not top.encoder.encoder_embed.training and not top.encoder.stacks[1].training
+    assert top.encoder.stacks[2].training and top.head.training
+    features, lengths, targets = batch()
+    for model in (whole, top):
+        model.eval()
+        model(features, lengths, targets).backward()
+    whole_grads = dict(whole.named_parameters())
+    trained = {name for name, p in top.named_parameters() if p.grad is not None}
+    frozen = {name for name, p in top.named_parameters() if p.grad is None}
+    assert trained == {name for name, p in top.named_parameters() if p.requires_grad}
+    assert {name.split(".")[0] + "." + name.split(".")[1] for name in frozen} == {
+        "encoder.encoder_embed", "encoder.stacks"}
+    assert all(name.startswith(("encoder.encoder_embed", "encoder.stacks.0", "encoder.stacks.1"))
+               for name in frozen)
+    assert any(name.startswith("encoder.stacks.2") for name in trained) and "head.weight" in trained
+    for name, parameter in top.named_parameters():
+        if parameter.grad is not None:
+            torch.testing.assert_close(parameter.grad, whole_grads[name].grad, rtol=1e-4, atol=1e-6)
+    groups = parameter_groups(top, lr=0.01)
+    assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in top.parameters() if p.requires_grad}
+
+
+def test_trained_stacks_keep_the_frozen_weights_through_an_optimizer_step():
+    torch.manual_seed(0)
+    model = CTCModel(get_preset("tiny", vocab_size=30, trained_stacks=2))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = ScaledAdam(parameter_groups(model, 0.05), lr=0.05, clipping_scale=2.0)
+    features, lengths, targets = batch()
+    model.train()
+    model(features, lengths, targets).backward()
+    optimizer.step()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed and all(not name.startswith(("encoder.encoder_embed", "encoder.stacks.0")) for name in changed)
+    assert any(name.startswith("encoder.stacks.1") for name in changed)
+
+
+@pytest.mark.parametrize("trained_stacks", [-1, 4])
+def test_trained_stacks_outside_the_stacks_are_named(trained_stacks):
+    with pytest.raises(ValueError, match=f"trained_stacks must be between 0 \\(all\\) and the 3 stacks, "
+                                         f"got {trained_stacks}"):
+        get_preset("tiny", trained_stacks=trained_stacks)
+
+
 @pytest.mark.slow
 def test_zipformer_m_trains_a_step_with_finite_gradients_everywhere():
     torch.manual_seed(0)
