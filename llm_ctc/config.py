@@ -90,6 +90,11 @@ class LLMASRConfig:
     query_init: Optional[str] = None
     blank_id: Optional[int] = None
     blank_cosine_threshold: float = 0.999
+    # Run the loss's normalizer and decoding's head over the frozen head's distinct rows,
+    # each with its multiplicity (exact; llm_ctc/head_rows.py), when equal rows make up at
+    # least a tenth of the head (egs/mini's tiny LM: 151,143 rows of one shared vector);
+    # a pretrained LLM's rows are distinct and its head is used as it is.
+    distinct_head_rows: bool = True
     # Pruned CTC's vocabulary chunk and alignment pruning beam (paper Sec. 3.2-3.3, App. B.3);
     # None takes pruned_ctc's defaults, alignment_beam=inf keeps every alignment.
     chunk_size: Optional[int] = None

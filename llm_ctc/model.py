@@ -9,7 +9,8 @@ two-product frozen-head schedule; eta and the trainable parts learn.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple, Union
+import logging
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +20,7 @@ from llm_ctc.base import SpeechLLM
 from llm_ctc.blank import head_with_blank, initial_blank_offset
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.head import head_logits
+from llm_ctc.head_rows import RowGroups, describe, find_row_groups, grouped_head, grouped_log_probs, worth_grouping
 from llm_ctc.language_model import backbone_states
 from llm_ctc.sequence import build_sequences, read_rows
 
@@ -41,6 +43,14 @@ class LLMCTCModel(SpeechLLM):
             initial_blank_offset(weight, blank, config.blank_cosine_threshold), dtype=torch.float32))
         self.prompt_ids = self.tokenizer.encode(config.prompt, add_special_tokens=False)
         self.query = nn.Parameter(self.initial_query(config)) if config.readout == "query" else None
+        groups = find_row_groups(weight, bias, apart=[blank]) if config.distinct_head_rows else None
+        if groups is not None and worth_grouping(groups):
+            logging.info("%s: the loss and decoding run over those (llm_ctc/head_rows.py)", describe(groups))
+        else:
+            groups = None
+        for name, field in (("head_group_first_rows", "first_rows"), ("head_group_counts", "counts"),
+                            ("head_group_of", "group_of")):
+            self.register_buffer(name, None if groups is None else getattr(groups, field), persistent=False)
 
     def initial_query(self, config: LLMASRConfig) -> Tensor:
         """q before training: N(0, query_std^2) per element, or the input embedding of the
@@ -52,6 +62,13 @@ class LLMCTCModel(SpeechLLM):
             raise ValueError(f"model.query_init {config.query_init!r} is {len(ids)} tokens of the LLM's tokenizer "
                              f"({ids[:8]}), expected one")
         return self.embed_tokens(torch.tensor(ids, device=self.device))[0].detach().float().cpu().clone()
+
+    @property
+    def head_groups(self) -> Optional[RowGroups]:
+        """The frozen head's groups of equal rows, or None when the head is used as it is."""
+        if self.head_group_first_rows is None:
+            return None
+        return RowGroups(self.head_group_first_rows, self.head_group_counts, self.head_group_of)
 
     @property
     def head_weight(self) -> Tensor:
@@ -98,9 +115,16 @@ class LLMCTCModel(SpeechLLM):
         concatenated query outputs too, Sec. 4.3 eq. 11)."""
         from pruned_ctc import pruned_ctc_loss
 
+        weight, bias = self.head_weight, self.pretrained_bias if self.has_pretrained_bias else None
+        blank = self.blank_id
+        if self.head_groups is not None:
+            # The same loss over the distinct rows (llm_ctc/head_rows.py): each target
+            # token keeps its own row's logit, the normalizer is the full head's.
+            flat, target_lengths = self.checked_targets(targets, target_lengths, states)
+            weight, bias, class_of = grouped_head(self.head_groups, weight, bias, flat)
+            targets, blank = class_of[flat], int(class_of[blank])
         loss, stats = pruned_ctc_loss(
-            states, self.head_weight, self.pretrained_bias if self.has_pretrained_bias else None,
-            targets, lens, target_lengths=target_lengths, blank_id=self.blank_id,
+            states, weight, bias, targets, lens, target_lengths=target_lengths, blank_id=blank,
             reduction="sum", return_stats=True, blank_offset=self.blank_offset,
             **self.config.pruning_options())
         return loss, {
@@ -112,6 +136,21 @@ class LLMCTCModel(SpeechLLM):
             "blank_offset": float(self.blank_offset.detach()),
             "loss_stats": stats,  # pruned_ctc.LossStats (per-utterance exclusions, for asr.train)
         }
+
+    def checked_targets(self, targets: Targets, target_lengths: Optional[Tensor], states: Tensor
+                        ) -> Tuple[Tensor, Tensor]:
+        """The targets concatenated (1-D) and their lengths, every id a head row other than
+        blank (the checks ``pruned_ctc_loss`` makes, before the ids are mapped to classes)."""
+        from pruned_ctc.inputs import flatten_targets
+
+        flat, lengths = flatten_targets(targets, target_lengths, states.shape[0], states.device)
+        vocab = self.head_weight.shape[0]
+        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= vocab):
+            bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
+            raise ValueError(f"targets contain id {bad}, outside [0, V) = [0, {vocab})")
+        if bool((flat == self.blank_id).any()):
+            raise ValueError(f"targets contain the blank id {self.blank_id}; targets must be blank-free")
+        return flat, lengths
 
     def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets,
                 return_stats: bool = False) -> Union[Tensor, Tuple[Tensor, LossStats]]:
@@ -132,5 +171,8 @@ class LLMCTCModel(SpeechLLM):
         return best_frame_ids(self, features, feature_lens)
 
     def log_probs_of_states(self, states: Tensor) -> Tensor:
+        if self.head_groups is not None:
+            return grouped_log_probs(self.head_groups, states, self.head_weight, self.head_bias(),
+                                     self.config.head_chunk_size)
         logits = head_logits(states, self.head_weight, self.head_bias(), self.config.head_chunk_size)
         return logits.log_softmax(dim=-1)

@@ -114,9 +114,16 @@ def tiny_qwen3(args: argparse.Namespace, vocab_size: int):
 
     config = Qwen3Config(vocab_size=vocab_size, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
                          num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=max(1, args.heads // 2), head_dim=args.hidden // args.heads,
+                         num_key_value_heads=kv_heads(args), head_dim=args.hidden // args.heads,
                          tie_word_embeddings=True, max_position_embeddings=2048)
     return Qwen3ForCausalLM(config)
+
+
+def kv_heads(args: argparse.Namespace) -> int:
+    """Key/value heads (grouped-query attention): --kv-heads, by default half the query heads
+    (at least one), as Qwen3's models share each key/value head between query heads."""
+    chosen = getattr(args, "kv_heads", 0)
+    return chosen if chosen else max(1, args.heads // 2)
 
 
 def training_sequences(token_ids: List[List[int]], eos: int, copy_fraction: float,
@@ -276,6 +283,9 @@ def main(argv: Sequence[str] = None) -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--kv-heads", type=int, default=0,
+                        help="key/value heads, a divisor of --heads (0: half of --heads, at least 1); "
+                             "--heads gives every query head its own values")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -319,6 +329,8 @@ def main(argv: Sequence[str] = None) -> None:
         raise SystemExit(f"ERROR: --threads must be >= 0 (0: the idle cores), got {args.threads}")
     if args.hidden % args.heads:
         raise SystemExit(f"ERROR: --hidden {args.hidden} must be a multiple of --heads {args.heads}")
+    if args.kv_heads < 0 or (args.kv_heads and args.heads % args.kv_heads):
+        raise SystemExit(f"ERROR: --kv-heads must be 0 or a divisor of --heads {args.heads}, got {args.kv_heads}")
     if (args.out_dir / "config.json").is_file():
         logging.info("tiny LM: %s exists, skipping", args.out_dir / "config.json")
         return

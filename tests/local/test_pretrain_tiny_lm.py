@@ -203,3 +203,17 @@ def test_joined_texts_train_the_head_row_of_a_sentence_start_after_a_join(tmp_pa
 def test_join_max_below_two_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"--join-max must be >= 2 \(sentences in a joined text\), got 1"):
         main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--join-max", "1"])
+
+
+@pytest.mark.parametrize("heads, kv_heads, expected", [(4, 0, 2), (4, 4, 4), (4, 1, 1), (1, 0, 1)])
+def test_kv_heads_default_to_half_the_heads_and_size_the_value_projection(heads, kv_heads, expected):
+    model = tiny_qwen3(argparse.Namespace(hidden=16, layers=1, heads=heads, kv_heads=kv_heads), vocab_size=VOCAB)
+    assert model.config.num_key_value_heads == expected
+    value = model.model.layers[0].self_attn.v_proj
+    assert value.out_features == expected * (16 // heads)
+
+
+def test_kv_heads_that_do_not_divide_heads_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match=r"--kv-heads must be 0 or a divisor of --heads 4, got 3"):
+        main([str(tmp_path / "lm"), "--manifests", str(tmp_path / "none.jsonl.gz"), "--heads", "4",
+              "--kv-heads", "3"])
