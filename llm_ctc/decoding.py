@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 
 from asr.decode_methods import GREEDY, ctc_search
-from llm_ctc.head_argmax import head_argmax
 from llm_ctc.tokenizer import LLMTokenizer
 
 
@@ -27,8 +26,7 @@ def best_frame_ids(model, features: Tensor, feature_lens: Tensor) -> Tuple[Tenso
     """The best class of every readout frame of an LLM-CTC model (N, T_n max) and T_n,
     without log-probabilities."""
     states, lengths = model.ctc_states(features, feature_lens)
-    return head_argmax(states, model.head_weight, model.head_bias(), model.config.head_chunk_size,
-                       screen=model.config.screened_argmax), lengths
+    return model.frame_argmax(states), lengths
 
 
 def recognize(model, features: Tensor, feature_lens: Tensor, method: str = "ctc-greedy-search",

@@ -9,7 +9,8 @@ LLM-CTC's head is frozen (Sec. 4.2), so the groups are found once, when the mode
 
 A class keeps its own probability, not its group's: a target whose row has equal twins is
 split off for the batch (its own row with bias b_v, the rest of the group with
-log(m_g - 1)), and decoding gives every row its group's logit minus the one normalizer.
+log(m_g - 1)), and decoding gives every row its group's logit minus the one normalizer;
+greedy search takes the argmax over the groups, a group standing for its first row.
 
 Which heads gain: a pretrained LLM's rows are distinct, and the groups are not used there
 (:func:`worth_grouping`). egs/mini's tiny LM gives every token its training text never holds
@@ -131,6 +132,17 @@ def grouped_log_probs(groups: RowGroups, states: Tensor, weight: Tensor, bias: T
     log_counts = groups.counts.to(torch.float32).log()
     normalizer = (logits + log_counts).logsumexp(dim=-1, keepdim=True)
     return (logits - normalizer).index_select(-1, groups.group_of)
+
+
+def grouped_argmax(groups: RowGroups, states: Tensor, weight: Tensor, bias: Tensor,
+                   rows_per_block: int = 4096) -> Tensor:
+    """The best row of every state (...) int64 from the distinct rows: the argmax of the
+    float32 logits, the first of equal maxima (a group's rows tie, its first row is the
+    smallest, and the groups are in the order of their first rows)."""
+    from llm_ctc.head_argmax import head_argmax
+
+    best = head_argmax(states, weight[groups.first_rows], bias[groups.first_rows], rows_per_block)
+    return groups.first_rows[best]
 
 
 def describe(groups: RowGroups) -> str:

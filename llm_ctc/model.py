@@ -20,7 +20,9 @@ from llm_ctc.base import SpeechLLM
 from llm_ctc.blank import head_with_blank, initial_blank_offset
 from llm_ctc.config import LLMASRConfig
 from llm_ctc.head import head_logits
-from llm_ctc.head_rows import RowGroups, describe, find_row_groups, grouped_head, grouped_log_probs, worth_grouping
+from llm_ctc.head_argmax import head_argmax
+from llm_ctc.head_rows import (RowGroups, describe, find_row_groups, grouped_argmax, grouped_head, grouped_log_probs,
+                               worth_grouping)
 from llm_ctc.language_model import backbone_states
 from llm_ctc.sequence import build_sequences, read_rows
 
@@ -169,6 +171,15 @@ class LLMCTCModel(SpeechLLM):
         from llm_ctc.decoding import best_frame_ids
 
         return best_frame_ids(self, features, feature_lens)
+
+    def frame_argmax(self, states: Tensor) -> Tensor:
+        """The best class of every state (...,) int64, without log-probabilities: the
+        argmax of the float32 logits with eta on blank (the first of equal maxima)."""
+        if self.head_groups is not None:
+            return grouped_argmax(self.head_groups, states, self.head_weight, self.head_bias(),
+                                  self.config.head_chunk_size)
+        return head_argmax(states, self.head_weight, self.head_bias(), self.config.head_chunk_size,
+                           screen=self.config.screened_argmax)
 
     def log_probs_of_states(self, states: Tensor) -> Tensor:
         if self.head_groups is not None:

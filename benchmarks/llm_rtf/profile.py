@@ -83,11 +83,15 @@ def instrument(model, timers: Timers, system: str) -> None:
 def instrument_modules(timers: Timers) -> None:
     """Module-level functions the two decoding paths look up at call time."""
     import asr.search as search
-    import llm_ctc.decoding as decoding
     import llm_ctc.generation as generation
+    import llm_ctc.head_argmax as argmax
+    import llm_ctc.model as ctc_model
     from llm_ctc.tokenizer import LLMTokenizer
 
-    decoding.head_argmax = timers.wrap(lambda *a, **k: "head argmax (block-wise, T_n frames)", decoding.head_argmax)
+    # LLMCTCModel.frame_argmax calls it from llm_ctc.model, or through llm_ctc.head_rows
+    # (a head of repeated rows), which imports it when called.
+    for module in (ctc_model, argmax):
+        module.head_argmax = timers.wrap(lambda *a, **k: "head argmax (block-wise, T_n frames)", module.head_argmax)
     # asr.decode_methods.ctc_search imports it from asr.search when called.
     search.ctc_collapse = timers.wrap(lambda *a, **k: "CTC collapse", search.ctc_collapse)
     LLMTokenizer.decode_batch = timers.wrap(lambda *a, **k: "detokenize", LLMTokenizer.decode_batch)

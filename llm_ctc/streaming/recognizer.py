@@ -23,7 +23,6 @@ from torch import Tensor
 from asr.chunk_features import ChunkFbank
 from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
 from asr.decode_methods import CTC_SEARCHES
-from llm_ctc.head_argmax import head_argmax
 from llm_ctc.tokenizer import LLMTokenizer
 from llm_ctc.streaming.llm import CachedStreamingLLM
 from llm_ctc.streaming.encoder import chunk_embeddings, make_window, streaming_grid
@@ -130,7 +129,7 @@ class StreamingRecognizer:
             if self.method == "ctc-greedy-search":
                 # The argmax of the logits is the argmax of the log-probabilities: no (T, V)
                 # log-softmax (as the offline greedy search, llm_ctc.decoding).
-                labels = head_argmax(states, model.head_weight, model.head_bias(), model.config.head_chunk_size)
+                labels = model.frame_argmax(states)
                 self.search.advance_labels(labels.tolist())
             else:
                 self.search.advance(model.log_probs_of_states(states))

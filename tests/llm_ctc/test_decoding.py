@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from asr.decode_methods import ctc_search
-from llm_ctc.decoding import best_frame_ids, head_argmax, recognize
+from llm_ctc.decoding import best_frame_ids, recognize
+from llm_ctc.head_argmax import head_argmax
 from llm_ctc.tokenizer import LLMTokenizer
 from references.ctc_reference import collapse
 from references.tiny_llm import QWEN3_HEAD_ROWS, random_features

@@ -139,3 +139,20 @@ def test_targets_outside_the_head_or_with_blank_are_refused_by_name(shared_row_m
         model.loss_of_states(states, lens, [[1, vocab]])
     with pytest.raises(ValueError, match=rf"targets contain the blank id {model.blank_id}"):
         model.loss_of_states(states, lens, [[1, model.blank_id]])
+
+
+def test_greedy_frame_ids_equal_the_full_head_argmax(shared_row_model):
+    model, texts, unused = shared_row_model
+    features, lengths = random_features([120, 96], seed=7)
+    with torch.no_grad():
+        states, lens = model.ctc_states(features, lengths)
+        # Two frames pointed at rows of their own: a shared row (its group's) and a token's.
+        states[0, 0] = model.head_weight[unused[3]] * 3
+        states[0, 1] = model.head_weight[texts[0][0]] * 3
+        ids = model.frame_argmax(states)
+        logits = states.double() @ model.head_weight.double().t() + model.head_bias().double()
+    assert torch.equal(ids, logits.argmax(dim=-1))
+    assert int(ids[0, 1]) == texts[0][0]
+    shared = model.head_groups.group_of[unused[3]]
+    # The shared direction: blank (the shared vector plus eta) or the group's first row.
+    assert int(ids[0, 0]) in (model.blank_id, int(model.head_groups.first_rows[shared]))
