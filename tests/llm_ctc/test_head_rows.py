@@ -110,13 +110,17 @@ def test_loss_and_gradient_equal_dense_ctc_over_every_head_row(shared_row_model,
     with torch.no_grad():
         states, lens = model.ctc_states(features, lengths)
     states = states.double().requires_grad_(True)
+    model.zero_grad(set_to_none=True)
     loss, stats = model.loss_of_states(states, lens, targets)
     loss.backward()
-    losses, grad_states, _, _ = dense_reference(states, model.head_weight, model.head_bias(), targets, lens,
-                                                blank_id=model.blank_id)
+    losses, grad_states, _, grad_bias = dense_reference(states, model.head_weight, model.head_bias(), targets, lens,
+                                                        blank_id=model.blank_id)
     assert stats["excluded"] == 0 and float(losses.sum()) > 1.0
     torch.testing.assert_close(loss.detach(), losses.sum(), rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(states.grad, grad_states, rtol=1e-7, atol=1e-9)
+    # eta is the blank row's bias: its gradient is that entry of the dense bias gradient.
+    assert abs(float(grad_bias[model.blank_id])) > 1.0
+    torch.testing.assert_close(model.blank_offset.grad.double(), grad_bias[model.blank_id], rtol=1e-5, atol=1e-6)
 
 
 def test_decoding_log_probs_equal_the_full_head_log_softmax(shared_row_model):
