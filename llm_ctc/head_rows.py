@@ -27,6 +27,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from llm_ctc.head import head_logits
+
 # Groups are used when they remove at least this fraction of the head's rows: below it the
 # per-batch bookkeeping (split targets, index maps) buys little.
 MIN_SAVED_FRACTION = 0.1
@@ -126,8 +128,6 @@ def grouped_log_probs(groups: RowGroups, states: Tensor, weight: Tensor, bias: T
                       rows_per_block: int = 4096) -> Tensor:
     """Full-head log-probabilities (..., V) in float32 from the distinct rows: each row gets
     its group's logit minus the normalizer over groups (bias (V,) with eta on blank's row)."""
-    from llm_ctc.head import head_logits
-
     logits = head_logits(states, weight[groups.first_rows], bias[groups.first_rows], rows_per_block)
     log_counts = groups.counts.to(torch.float32).log()
     normalizer = (logits + log_counts).logsumexp(dim=-1, keepdim=True)
@@ -139,7 +139,7 @@ def grouped_argmax(groups: RowGroups, states: Tensor, weight: Tensor, bias: Tens
     """The best row of every state (...) int64 from the distinct rows: the argmax of the
     float32 logits, the first of equal maxima (a group's rows tie, its first row is the
     smallest, and the groups are in the order of their first rows)."""
-    from llm_ctc.head_argmax import head_argmax
+    from llm_ctc.head_argmax import head_argmax  # looked up per call (benchmarks.llm_rtf.profile times it)
 
     best = head_argmax(states, weight[groups.first_rows], bias[groups.first_rows], rows_per_block)
     return groups.first_rows[best]

@@ -143,15 +143,10 @@ class LLMCTCModel(SpeechLLM):
                         ) -> Tuple[Tensor, Tensor]:
         """The targets concatenated (1-D) and their lengths, every id a head row other than
         blank (the checks ``pruned_ctc_loss`` makes, before the ids are mapped to classes)."""
-        from pruned_ctc.inputs import flatten_targets
+        from pruned_ctc.inputs import check_target_ids, flatten_targets
 
         flat, lengths = flatten_targets(targets, target_lengths, states.shape[0], states.device)
-        vocab = self.head_weight.shape[0]
-        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= vocab):
-            bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
-            raise ValueError(f"targets contain id {bad}, outside [0, V) = [0, {vocab})")
-        if bool((flat == self.blank_id).any()):
-            raise ValueError(f"targets contain the blank id {self.blank_id}; targets must be blank-free")
+        check_target_ids(flat, self.head_weight.shape[0], self.blank_id)
         return flat, lengths
 
     def forward(self, features: Tensor, feature_lens: Tensor, targets: Targets,

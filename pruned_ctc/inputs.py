@@ -227,6 +227,17 @@ def count_repeats(flat_targets: torch.Tensor, target_lengths: torch.Tensor) -> t
     return repeats
 
 
+def check_target_ids(flat: torch.Tensor, vocab_size: int, blank_id: int) -> None:
+    """Every id of the concatenated targets a class in [0, V) other than blank."""
+    if flat.numel():
+        low, high = int(flat.min()), int(flat.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"targets contain id {bad}, outside [0, V) = [0, {vocab_size})")
+        if bool((flat == blank_id).any()):
+            raise ValueError(f"targets contain the blank id {blank_id}; targets must be blank-free")
+
+
 def prepare_batch(
     encoder_out: torch.Tensor,
     vocab_size: int,
@@ -253,13 +264,7 @@ def prepare_batch(
             f"{frame_counts.tolist()}"
         )
     flat, lengths = flatten_targets(targets, target_lengths, num_utterances, device)
-    if flat.numel():
-        low, high = int(flat.min()), int(flat.max())
-        if low < 0 or high >= vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"targets contain id {bad}, outside [0, V) = [0, {vocab_size})")
-        if bool((flat == blank_id).any()):
-            raise ValueError(f"targets contain the blank id {blank_id}; targets must be blank-free")
+    check_target_ids(flat, vocab_size, blank_id)
 
     labels = torch.unique(flat, sorted=True)
     selected_classes = torch.cat(
