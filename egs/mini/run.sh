@@ -200,7 +200,8 @@ fi
 # projector and blank offset; q from stage 7's query token), as the paper fine-tunes
 # Qwen3-ASR for streaming (Sec. 5.4; RESULTS.md, "Stage 10 starts from stage 8's
 # LLM-CTC"), trained under the bounded-history mask (2 s chunks, one history of 1-8 s per
-# batch) for 1,600 updates, the projector at optim.lr (stage 8's 10x undoes in its first
+# batch) for 2,300 updates (about one pass over the training set; the cosine set for
+# 3,200, as measured: RESULTS.md, "Stage 10 with 400 window updates"), the projector at optim.lr (stage 8's 10x undoes in its first
 # updates the projector stage 8 trained) and the encoder trained with it at 0.1 x optim.lr
 # (the paper keeps its encoder frozen: the mini Zipformer's window-end frames are what
 # streaming lost, and training it with the LLM took the sentences from 3.96% to 1.73% and
@@ -215,7 +216,7 @@ fi
 # that sentences start inside chunks as in a long stream.
 streaming_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
   model.streaming_max_history=8 model.streaming_position_offset_chunks=30
-  data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0 train.max_batches=1600 optim.decay_batches=1600
+  data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0 train.num_epochs=2 train.max_batches=2300 optim.decay_batches=3200
   model.projector_lr_scale=1 model.encoder_lr_scale=0.1 model.encoder_trained_blocks=3)
 streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming
 streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
