@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, Union
@@ -221,6 +222,9 @@ class DecodeOptions:
     # llm-beam-search (App. D.2-D.3). The loss's alignment beam is model.alignment_beam.
     beam_size: int = 4
     token_penalty: float = 0.0  # added per emitted token (paper App. D.3-D.4: 0.3 or 0.7 for LLM-CTC)
+    # Subtracted from blank's log-probability at every frame by the CTC searches (icefall's
+    # --blank-penalty); several values (0,0.5,1) give one setting each from one forward pass.
+    blank_penalty: Tuple[float, ...] = (0.0,)
     test_cuts: str = ""  # comma-separated manifests, or NAME=PATH items
     max_duration: float = 0.0  # seconds per batch; 0: data.max_duration
     compute_cer: str = "auto"  # auto (a character lexicon scores characters), true, false
@@ -250,6 +254,11 @@ class DecodeOptions:
         self.history_seconds = tuple(dict.fromkeys(self.history_seconds))
         if not self.history_seconds or min(self.history_seconds) < 1:
             raise ValueError(f"decode.history_seconds must be whole seconds >= 1, got {list(self.history_seconds)}")
+        if isinstance(self.blank_penalty, (int, float)):
+            self.blank_penalty = (self.blank_penalty,)
+        self.blank_penalty = tuple(dict.fromkeys(float(value) for value in self.blank_penalty))
+        if not self.blank_penalty or not all(math.isfinite(value) for value in self.blank_penalty):
+            raise ValueError(f"decode.blank_penalty must be one or more finite numbers, got {list(self.blank_penalty)}")
         choices = {"compute_cer": ("auto", "true", "false"), "text_normalization": ("none", "gigaspeech"),
                    "device": ("auto", "cpu", "cuda")}
         for name, valid in choices.items():

@@ -8,11 +8,11 @@
 The ``decode`` section of the run's configuration (:class:`asr.config.DecodeOptions`)
 chooses the weights as icefall's decoders do (``epoch`` or ``iter``, each a number or
 ``last``; ``avg``; ``use_averaged_model``) and the search (``methods``, ``beam_size``,
-``token_penalty``); the model and lexicon come from the configuration saved in the
-chosen checkpoint. With ``--config`` the preset and its overrides give the decode
-section; without it, the checkpoint's saved configuration does. The icefall-style flags
-(``--exp-dir``, ``--epoch``, ``--avg``, ...) are the same overrides under their familiar
-names.
+``token_penalty``; ``blank_penalty``, one setting per value); the model and lexicon come
+from the configuration saved in the chosen checkpoint. With ``--config`` the preset and
+its overrides give the decode section; without it, the checkpoint's saved configuration
+does. The icefall-style flags (``--exp-dir``, ``--epoch``, ``--avg``, ...) are the same
+overrides under their familiar names.
 
 The program reads top to bottom: checkpoints and their configuration, model, lexicon,
 then per test set batches -> full-vocabulary log-probs -> search -> text -> scores and
@@ -37,7 +37,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -60,7 +60,7 @@ FLAG_OVERRIDES = {
     "exp_dir": "train.exp_dir", "lang_dir": "train.lang_dir", "num_workers": "data.num_workers",
     "epoch": "decode.epoch", "iter": "decode.iter", "avg": "decode.avg",
     "use_averaged_model": "decode.use_averaged_model", "method": "decode.methods", "beam_size": "decode.beam_size",
-    "token_penalty": "decode.token_penalty", "test_cuts": "decode.test_cuts",
+    "token_penalty": "decode.token_penalty", "blank_penalty": "decode.blank_penalty", "test_cuts": "decode.test_cuts",
     "max_duration": "decode.max_duration", "compute_cer": "decode.compute_cer",
     "text_normalization": "decode.text_normalization", "device": "decode.device",
     "history_seconds": "decode.history_seconds",
@@ -85,7 +85,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
         tokenizer = load_lexicon(lang_dir, weights.saved)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
-    keys = [key for _, _, key in decoding_settings(options)]
+    keys = [setting.key for setting in decoding_settings(options)]
     ranks = decoding_ranks(options.device)
     setup_logging(exp_dir, f"decode-{weights.suffix}", ranks.rank)
     choose_threads()
@@ -186,22 +186,26 @@ def decode_test_set(
     cut's results in the loader's order (the factors: all ranks' computation)."""
     rank, world_size = (ranks.rank, ranks.world_size) if ranks is not None else (0, 1)
     settings = decoding_settings(options)
-    search = SearchSettings(tokenizer.blank_id, options.beam_size, options.token_penalty)
+    searches = {setting.key: SearchSettings(tokenizer.blank_id, options.beam_size, options.token_penalty,
+                                            setting.blank_penalty) for setting in settings}
+    # Greedy search alone may skip the log-probs only where no setting penalizes blank.
+    penalized = any(setting.blank_penalty for setting in settings)
     batches: List[Tuple[int, Dict[str, List[Result]]]] = []  # (batch index, its results)
-    busy = {key: 0.0 for _, _, key in settings}
+    busy = {setting.key: 0.0 for setting in settings}
     largest_cache: Dict[str, int] = {}
     started, done_cuts, done_seconds = time.monotonic(), 0, 0.0
     last_report = started
     for batch_index, batch in enumerate(loader, start=1):
         if (batch_index - 1) % world_size != rank:
             continue
-        batches.append((batch_index, {key: [] for _, _, key in settings}))
-        outputs = BatchOutputs(model, batch["features"].to(device), batch["feature_lens"].to(device), options.methods)
+        batches.append((batch_index, {setting.key: [] for setting in settings}))
+        outputs = BatchOutputs(model, batch["features"].to(device), batch["feature_lens"].to(device), options.methods,
+                               penalize_blank=penalized)
         # An LLM tokenizer's hypotheses are lowercased: so are its references.
         references = [tokenizer.normalize_reference(text).split() for text in batch["texts"]]
-        for method, history, key in settings:
+        for method, history, _, key in settings:
             method_started = time.perf_counter()
-            output = method.run(outputs, search, history)
+            output = method.run(outputs, searches[key], history)
             hypotheses = [text.split() for text in tokenizer.decode_batch(output.ids)]
             shared = outputs.ctc_seconds if method.needs == CTC_SEARCH else 0.0
             busy[key] += time.perf_counter() - method_started + shared
@@ -229,26 +233,38 @@ def decode_test_set(
         largest_cache = {key: max(part[2][key] for part in gathered if key in part[2])
                          for key in {key for part in gathered for key in part[2]}}
         done_seconds = sum(part[3] for part in gathered)
-    results = {key: [result for _, by_key in batches for result in by_key[key]] for _, _, key in settings}
+    results = {s.key: [result for _, by_key in batches for result in by_key[s.key]] for s in settings}
     rtfs = {key: spent / max(done_seconds, 1e-9) for key, spent in busy.items()}
     for key, rtf in rtfs.items():
         logging.info("%s, %s: real-time factor %.4f (%.1f s for %.1f s of audio)", name, key, rtf, busy[key],
                      done_seconds)
-    for (_, history, key) in settings:
+    for (_, history, _, key) in settings:
         if key in largest_cache:  # the model raised if any utterance exceeded the bound
             logging.info("%s, %s: largest KV cache %d positions, within the bound P + 2A + J = %d on every "
                          "utterance", name, key, largest_cache[key], model.cache_bound(history))
     return results, rtfs
 
 
-def decoding_settings(options: DecodeOptions) -> List[Tuple[DecodeMethod, Optional[int], str]]:
-    """(method, history seconds or None, key) of every setting: one per method, and one
-    per ``decode.history_seconds`` value for the streaming methods."""
+class Setting(NamedTuple):
+    """One decoding setting: a method, its history (streaming methods; else None), its
+    blank penalty, and the key it writes into file names and summaries."""
+
+    method: DecodeMethod
+    history: Optional[int]
+    blank_penalty: float
+    key: str
+
+
+def decoding_settings(options: DecodeOptions) -> List[Setting]:
+    """Every setting: one per method and blank penalty (``decode.blank_penalty``, CTC
+    searches), and per ``decode.history_seconds`` value for the streaming methods."""
     settings = []
     for name in options.methods:
         method = method_of(name)
         for history in (options.history_seconds if method.per_history else (None,)):
-            settings.append((method, history, method.key(options.beam_size, options.token_penalty, history)))
+            for penalty in (options.blank_penalty if method.uses_blank_penalty else (0.0,)):
+                key = method.key(options.beam_size, options.token_penalty, history, penalty)
+                settings.append(Setting(method, history, penalty, key))
     return settings
 
 
@@ -283,6 +299,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--method", nargs="+", help="decode.methods")
     parser.add_argument("--beam-size", help="decode.beam_size")
     parser.add_argument("--token-penalty", help="decode.token_penalty")
+    parser.add_argument("--blank-penalty", nargs="+", help="decode.blank_penalty: one setting per value")
     parser.add_argument("--test-cuts", help="decode.test_cuts: comma-separated manifests or NAME=PATH items")
     parser.add_argument("--lang-dir", help="train.lang_dir")
     parser.add_argument("--compute-cer", help="decode.compute_cer: auto, true, false")

@@ -4,7 +4,8 @@ it reads, the key it writes into result file names and summaries, and how it tur
 batch into token ids.
 
 * CTC search over full-vocabulary log-probabilities (paper Sec. 5.2): ``ctc-greedy-search``,
-  ``ctc-prefix-beam-search`` (``decode.beam_size`` prefixes, ``decode.token_penalty``).
+  ``ctc-prefix-beam-search`` (``decode.beam_size`` prefixes, ``decode.token_penalty``);
+  both read ``decode.blank_penalty`` (subtracted from blank's log-probability per frame).
 * Generation (LLM-CE, Sec. 4.1): ``llm-greedy-search``, ``llm-beam-search``.
 * Streaming CTC chunk by chunk with a bounded KV cache (Sec. 4.3, App. E):
   ``ctc-streaming-greedy-search``, ``ctc-streaming-prefix-beam-search``, one setting per
@@ -42,23 +43,34 @@ class DecodeMethod:
     per_history: bool  # one setting per decode.history_seconds value
     run: Callable[..., "MethodOutput"]  # (BatchOutputs, SearchSettings, history or None) -> MethodOutput
 
-    def key(self, beam_size: int, token_penalty: float, history: Optional[int] = None) -> str:
+    @property
+    def uses_blank_penalty(self) -> bool:
+        """Every CTC search reads decode.blank_penalty; generation does not."""
+        return self.needs in (CTC_SEARCH, STREAMING)
+
+    def key(self, beam_size: int, token_penalty: float, history: Optional[int] = None,
+            blank_penalty: float = 0.0) -> str:
         """The setting's name in file names and summaries (icefall's ``<method>`` or
-        ``<method>_beam-<k>``, plus ``_token-penalty-<p>`` and ``_history-<h>s``)."""
+        ``<method>_beam-<k>``, plus ``_token-penalty-<p>``, ``_blank-penalty-<b>`` and
+        ``_history-<h>s``)."""
         key = self.name + (f"_beam-{beam_size}" if self.uses_beam else "")
         if self.uses_token_penalty and token_penalty:
             key += f"_token-penalty-{token_penalty:g}"
+        if self.uses_blank_penalty and blank_penalty:
+            key += f"_blank-penalty-{blank_penalty:g}"
         return key + ("" if history is None else f"_history-{history}s")
 
 
 @dataclass(frozen=True)
 class SearchSettings:
     """What the searches read besides the batch: the blank, the beam (prefixes of
-    ``ctc-prefix-beam-search``, hypotheses of ``llm-beam-search``), the token penalty."""
+    ``ctc-prefix-beam-search``, hypotheses of ``llm-beam-search``), the token penalty
+    and the blank penalty (CTC searches)."""
 
     blank_id: int
     beam_size: int = 4
     token_penalty: float = 0.0
+    blank_penalty: float = 0.0
 
 
 @dataclass
@@ -74,12 +86,14 @@ class BatchOutputs:
     computed once and shared by the CTC searches (its time is counted once per method
     that uses it, as each would pay it alone)."""
 
-    def __init__(self, model: Any, features: Any, feature_lens: Any, methods: Sequence[str]) -> None:
+    def __init__(self, model: Any, features: Any, feature_lens: Any, methods: Sequence[str],
+                 penalize_blank: bool = False) -> None:
         self.model, self.features, self.feature_lens = model, features, feature_lens
         ctc = [name for name in methods if METHODS[name].needs == CTC_SEARCH]
         # Greedy search alone needs each frame's best class, not (N, T', V) log-probs
-        # (LLM-CTC's 151,936 classes: Recognizer.best_frame_ids).
-        self._argmax_only = ctc == [GREEDY]
+        # (LLM-CTC's 151,936 classes: Recognizer.best_frame_ids); with a blank penalty
+        # it takes the argmax of the penalized log-probs.
+        self._argmax_only = ctc == [GREEDY] and not penalize_blank
         self._ctc: Optional[Tuple[Any, Any]] = None
         self.ctc_seconds = 0.0
 
@@ -99,18 +113,20 @@ class BatchOutputs:
 
 
 def ctc_search(name: str, scores: Any, lengths: Any, blank_id: int, beam_size: int = 4,
-               token_penalty: float = 0.0) -> List[List[int]]:
+               token_penalty: float = 0.0, blank_penalty: float = 0.0) -> List[List[int]]:
     """Token ids per utterance of CTC search ``name`` over log-probs (N, T', V), or for
-    greedy search over each frame's best class (N, T')."""
+    greedy search over each frame's best class (N, T'; no blank penalty then)."""
     from asr.search import ctc_collapse, ctc_greedy_search, ctc_prefix_beam_search
 
     if name == GREEDY:
         if not scores.is_floating_point():
+            if blank_penalty:
+                raise ValueError("a blank penalty needs the log-probabilities, not each frame's best class")
             return ctc_collapse(scores, lengths, blank_id=blank_id)
-        return ctc_greedy_search(scores, lengths, blank_id=blank_id)
+        return ctc_greedy_search(scores, lengths, blank_id=blank_id, blank_penalty=blank_penalty)
     if name == PREFIX_BEAM:
         return ctc_prefix_beam_search(scores, lengths, beam=beam_size, blank_id=blank_id,
-                                      token_penalty=token_penalty)
+                                      token_penalty=token_penalty, blank_penalty=blank_penalty)
     raise ValueError(f"unknown CTC search {name!r}; valid: {list(CTC_SEARCHES)}")
 
 
@@ -118,7 +134,7 @@ def _ctc_method(name: str) -> Callable[..., MethodOutput]:
     def run(batch: BatchOutputs, search: SearchSettings, history: Optional[int]) -> MethodOutput:
         scores, lengths = batch.ctc_outputs()
         return MethodOutput(ctc_search(name, scores, lengths, search.blank_id, search.beam_size,
-                                       search.token_penalty))
+                                       search.token_penalty, search.blank_penalty))
 
     return run
 
@@ -137,7 +153,8 @@ def _generation_method(beam: bool) -> Callable[..., MethodOutput]:
 def _streaming_method(search: str) -> Callable[..., MethodOutput]:
     def run(batch: BatchOutputs, settings: SearchSettings, history: Optional[int]) -> MethodOutput:
         ids, caches = batch.model.streaming_ids(batch.features, batch.feature_lens, history, search,
-                                                beam=settings.beam_size, token_penalty=settings.token_penalty)
+                                                beam=settings.beam_size, token_penalty=settings.token_penalty,
+                                                blank_penalty=settings.blank_penalty)
         return MethodOutput(ids, caches)
 
     return run

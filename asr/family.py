@@ -112,10 +112,12 @@ class Recognizer(nn.Module, metaclass=abc.ABCMeta):
         raise NotDecodableBy(self, GENERATION)
 
     def streaming_ids(self, features: Tensor, feature_lens: Tensor, history_seconds: int, search: str,
-                      beam: int = 4, token_penalty: float = 0.0) -> Tuple[List[List[int]], List[int]]:
+                      beam: int = 4, token_penalty: float = 0.0,
+                      blank_penalty: float = 0.0) -> Tuple[List[List[int]], List[int]]:
         """Token ids per utterance decoded chunk by chunk (:data:`STREAMING`) with CTC
-        ``search`` (``ctc-greedy-search`` / ``ctc-prefix-beam-search``) and a history of
-        ``history_seconds``, and each utterance's largest KV cache."""
+        ``search`` (``ctc-greedy-search`` / ``ctc-prefix-beam-search``, ``beam``,
+        ``token_penalty`` and ``blank_penalty`` as :mod:`asr.search` reads them) and a
+        history of ``history_seconds``, and each utterance's largest KV cache."""
         raise NotDecodableBy(self, STREAMING)
 
     def cache_bound(self, history_seconds: int) -> int:

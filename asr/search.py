@@ -17,6 +17,14 @@ probabilities; the ``beam`` best prefixes survive. Ranking score = log P(prefix)
 that lengthens the output and a negative one shortens it (the paper's LLM-CTC runs
 use 0.3 and 0.7).
 
+Blank penalty
+-------------
+Both searches take ``blank_penalty`` (icefall's ``--blank-penalty``): subtracted from
+the blank's log-probability at every frame before the search (no renormalization), so a
+positive value lets a token that falls just short of blank at its frames be emitted.
+Greedy search then takes each frame's argmax of the penalized scores; prefix beam search
+scores every blank step with it.
+
 The search is compiled with numba (``_search_utterance``): a frame of one utterance
 is one pass over its V log-probabilities (to find the most probable tokens) plus
 about beam * (beam + 1) scalar candidates, so the cost no longer has the fixed
@@ -110,7 +118,7 @@ def _check_inputs(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int)
 
 
 def ctc_greedy_search(
-    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int = 0
+    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int = 0, blank_penalty: float = 0.0
 ) -> List[List[int]]:
     """Best token per frame, then collapse repeats and drop blanks.
 
@@ -118,11 +126,27 @@ def ctc_greedy_search(
       log_probs: (N, T, V) log-probabilities (or any scores: only the argmax matters).
       lengths: (N,) number of valid frames of each utterance, in [0, T].
       blank_id: index of the CTC blank in [0, V).
+      blank_penalty: subtracted from the blank's score at every frame before the argmax.
     Returns:
       N lists of token ids.
     """
     _check_inputs(log_probs, lengths, blank_id)
-    return ctc_collapse(log_probs.argmax(dim=-1), lengths, blank_id=blank_id)
+    _check_penalty("blank_penalty", blank_penalty)
+    return ctc_collapse(penalized_argmax(log_probs, blank_id, blank_penalty), lengths, blank_id=blank_id)
+
+
+def penalized_argmax(scores: torch.Tensor, blank_id: int, blank_penalty: float = 0.0) -> torch.Tensor:
+    """Argmax over the last axis of ``scores`` (..., V) after ``blank_penalty`` is
+    subtracted from the blank's score, without a modified copy of ``scores`` (at V =
+    151,936 that would be as large as the log-probabilities); a tie goes to blank."""
+    if not blank_penalty or scores.shape[-1] < 2:
+        return scores.argmax(dim=-1)
+    top_values, top_tokens = scores.topk(2, dim=-1)
+    first_is_blank = top_tokens[..., 0] == blank_id
+    token = torch.where(first_is_blank, top_tokens[..., 1], top_tokens[..., 0])
+    token_score = torch.where(first_is_blank, top_values[..., 1], top_values[..., 0])
+    blank_wins = scores[..., blank_id] - blank_penalty >= token_score
+    return torch.where(blank_wins, torch.full_like(token, blank_id), token)
 
 
 def ctc_collapse(best_tokens: torch.Tensor, lengths: torch.Tensor, blank_id: int = 0) -> List[List[int]]:
@@ -148,15 +172,20 @@ def ctc_collapse(best_tokens: torch.Tensor, lengths: torch.Tensor, blank_id: int
     return outputs
 
 
-def _check_search_options(beam: int, token_penalty: float) -> None:
+def _check_penalty(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+
+
+def _check_search_options(beam: int, token_penalty: float, blank_penalty: float = 0.0) -> None:
     if isinstance(beam, bool) or not isinstance(beam, int):
         raise TypeError(f"beam must be an int, got {beam!r}")
     if beam < 1:
         raise ValueError(f"beam must be >= 1, got {beam}")
-    if isinstance(token_penalty, bool) or not isinstance(token_penalty, (int, float)):
-        raise TypeError(f"token_penalty must be a float, got {token_penalty!r}")
-    if not math.isfinite(token_penalty):
-        raise ValueError(f"token_penalty must be finite, got {token_penalty}")
+    _check_penalty("token_penalty", token_penalty)
+    _check_penalty("blank_penalty", blank_penalty)
 
 
 def ctc_prefix_beam_search(
@@ -166,6 +195,7 @@ def ctc_prefix_beam_search(
     blank_id: int = 0,
     token_penalty: float = 0.0,
     return_nbest: bool = False,
+    blank_penalty: float = 0.0,
 ) -> List[List[int]] | List[List[Hypothesis]]:
     """CTC prefix beam search on a batch (see the module docstring for the algorithm).
 
@@ -179,11 +209,13 @@ def ctc_prefix_beam_search(
         values favor longer outputs).
       return_nbest: if True, return for each utterance up to ``beam`` hypotheses,
         best first, instead of the best token sequence.
+      blank_penalty: subtracted from the blank's log-probability at every frame (the
+        hypotheses' ``log_prob`` is then that of the penalized scores).
     Returns:
       N lists of token ids, or N lists of :class:`Hypothesis` if ``return_nbest``.
     """
     _check_inputs(log_probs, lengths, blank_id)
-    _check_search_options(beam, token_penalty)
+    _check_search_options(beam, token_penalty, blank_penalty)
     scores = log_probs.detach()
     if scores.dtype not in (torch.float32, torch.float64):
         scores = scores.float()
@@ -196,7 +228,7 @@ def ctc_prefix_beam_search(
     for utterance in range(scores.shape[0]):
         tokens, counts, ranks, totals = _search_utterance(
             np.ascontiguousarray(scores[utterance]), int(frames[utterance]),
-            beam, blank_id, num_extensions, float(token_penalty),
+            beam, blank_id, num_extensions, float(token_penalty), float(blank_penalty),
         )
         sequences = [tokens[slot, : counts[slot]].tolist() for slot in range(len(counts))]
         if return_nbest:
@@ -237,7 +269,7 @@ def _insert_sorted(value, item, values, items, filled):
 
 
 @numba.njit(cache=True)
-def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, token_penalty):
+def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, token_penalty, blank_penalty):
     """Prefix beam search of one (T, V) utterance over its first num_frames frames.
 
     Returns (tokens, counts, ranks, log_probs) of the L <= beam live hypotheses, best
@@ -252,7 +284,7 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
     parent_hash = np.zeros(beam, np.uint64)
     log_p_blank[0] = 0.0
     size, source, emitted = _advance_frames(log_probs[:num_frames], beam, blank_id, num_extensions, token_penalty,
-                                            1, log_p_blank, log_p_token, length, last, prefix_hash, parent_hash)
+                                            blank_penalty, 1, log_p_blank, log_p_token, length, last, prefix_hash, parent_hash)
     totals = np.empty(size)
     for s in range(size):
         totals[s] = _log_add(log_p_blank[s], log_p_token[s])
@@ -263,7 +295,7 @@ def _search_utterance(log_probs, num_frames, beam, blank_id, num_extensions, tok
 
 
 @numba.njit(cache=True)
-def _advance_frames(log_probs, beam, blank_id, num_extensions, token_penalty, size,
+def _advance_frames(log_probs, beam, blank_id, num_extensions, token_penalty, blank_penalty, size,
                     log_p_blank, log_p_token, length, last, prefix_hash, parent_hash):
     """Prefix beam search over the frames of ``log_probs`` (T, V), applied to the beam state
     (updated in place; the streaming search carries it across chunks); returns the new
@@ -315,7 +347,7 @@ def _advance_frames(log_probs, beam, blank_id, num_extensions, token_penalty, si
                     if prefix_hash[h] == parent_hash[g] and length[h] == length[g] - 1:
                         from_parent = log_p_blank[h] if last[h] == last[g] else total[h]
                         break
-            stay_blank[g] = total[g] + row[blank_id]
+            stay_blank[g] = total[g] + (row[blank_id] - blank_penalty)
             stay_token[g] = _log_add(log_p_token[g], from_parent) + repeat
             rank = _log_add(stay_blank[g], stay_token[g]) + token_penalty * length[g]
             selected = _insert_sorted(rank, g, best_rank, best_candidate, selected)

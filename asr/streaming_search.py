@@ -22,7 +22,7 @@ import numba
 import numpy as np
 import torch
 
-from asr.search import _NO_TOKEN, Hypothesis, _advance_frames, _check_search_options, _log_add
+from asr.search import _NO_TOKEN, Hypothesis, _advance_frames, _check_penalty, _check_search_options, _log_add, penalized_argmax
 
 __all__ = ["StreamingGreedySearch", "StreamingPrefixBeamSearch"]
 
@@ -41,10 +41,12 @@ def _chunk_array(log_probs: torch.Tensor, blank_id: int) -> np.ndarray:
 
 class StreamingGreedySearch:
     """Best label per frame; a token is emitted when it is not blank and differs from
-    the previous frame's raw label, the previous chunk's last frame included."""
+    the previous frame's raw label, the previous chunk's last frame included.
+    ``blank_penalty`` as in :func:`asr.search.ctc_greedy_search`."""
 
-    def __init__(self, blank_id: int = 0) -> None:
-        self.blank_id = blank_id
+    def __init__(self, blank_id: int = 0, blank_penalty: float = 0.0) -> None:
+        _check_penalty("blank_penalty", blank_penalty)
+        self.blank_id, self.blank_penalty = blank_id, float(blank_penalty)
         self.reset()
 
     def reset(self) -> None:
@@ -53,11 +55,13 @@ class StreamingGreedySearch:
 
     def advance(self, log_probs: torch.Tensor) -> List[int]:
         """Feed one chunk's (T, V) log-probabilities; returns the tokens emitted by it."""
-        return self.advance_labels(_chunk_array(log_probs, self.blank_id).argmax(axis=1).tolist())
+        scores = torch.from_numpy(_chunk_array(log_probs, self.blank_id))
+        return self.advance_labels(penalized_argmax(scores, self.blank_id, self.blank_penalty).tolist())
 
     def advance_labels(self, best: Sequence[int]) -> List[int]:
         """Feed one chunk's best label per frame (as the argmax of its log-probabilities,
-        e.g. from the logits without a log-softmax); returns the tokens emitted by it."""
+        e.g. from the logits without a log-softmax, with the blank penalty already applied);
+        returns the tokens emitted by it."""
         emitted = []
         for label in best:
             if label != self.blank_id and label != self.previous:
@@ -71,12 +75,14 @@ class StreamingGreedySearch:
 
 
 class StreamingPrefixBeamSearch:
-    """Prefix beam search over chunks (``beam``, ``token_penalty`` as in
-    :func:`asr.search.ctc_prefix_beam_search`)."""
+    """Prefix beam search over chunks (``beam``, ``token_penalty``, ``blank_penalty`` as
+    in :func:`asr.search.ctc_prefix_beam_search`)."""
 
-    def __init__(self, beam: int = 4, blank_id: int = 0, token_penalty: float = 0.0) -> None:
-        _check_search_options(beam, token_penalty)
+    def __init__(self, beam: int = 4, blank_id: int = 0, token_penalty: float = 0.0,
+                 blank_penalty: float = 0.0) -> None:
+        _check_search_options(beam, token_penalty, blank_penalty)
         self.beam, self.blank_id, self.token_penalty = beam, blank_id, float(token_penalty)
+        self.blank_penalty = float(blank_penalty)
         self.reset()
 
     def reset(self) -> None:
@@ -98,7 +104,7 @@ class StreamingPrefixBeamSearch:
             return
         num_extensions = min(self.beam + 1, scores.shape[1] - 1)
         size, source, emitted = _advance_frames(
-            scores, self.beam, self.blank_id, num_extensions, self.token_penalty, self.size,
+            scores, self.beam, self.blank_id, num_extensions, self.token_penalty, self.blank_penalty, self.size,
             self.log_p_blank, self.log_p_token, self.length, self.last, self.prefix_hash, self.parent_hash)
         origins, new_tokens, counts = _backtrack_chunk(source, emitted, size)
         self.tokens = [self.tokens[origins[s]] + new_tokens[s, :counts[s]].tolist() for s in range(size)]

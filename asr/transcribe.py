@@ -32,7 +32,8 @@ from asr.weights import explicit_choice, load_trained_model, saved_run_config
 
 FLAG_OVERRIDES = {"epoch": "decode.epoch", "iter": "decode.iter", "avg": "decode.avg",
                   "use_averaged_model": "decode.use_averaged_model", "beam_size": "decode.beam_size",
-                  "token_penalty": "decode.token_penalty", "history_seconds": "decode.history_seconds"}
+                  "token_penalty": "decode.token_penalty", "blank_penalty": "decode.blank_penalty",
+                  "history_seconds": "decode.history_seconds"}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, str]:
@@ -56,13 +57,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, str]:
         audio = {path: read_audio(path, "audio file") for path in args.audio}
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
-    search = SearchSettings(tokenizer.blank_id, config.decode.beam_size, config.decode.token_penalty)
+    search = SearchSettings(tokenizer.blank_id, config.decode.beam_size, config.decode.token_penalty,
+                            config.decode.blank_penalty[0] if method.uses_blank_penalty else 0.0)
     history = config.decode.history_seconds[0] if method.per_history else None
     texts = {}
     for path, samples in audio.items():
         features = log_mel_features(samples, model.feature_dim).to(model_device(model))
         lengths = torch.tensor([features.shape[1]], device=features.device)
-        output = method.run(BatchOutputs(model, features, lengths, [name]), search, history)
+        output = method.run(BatchOutputs(model, features, lengths, [name], bool(search.blank_penalty)), search, history)
         texts[str(path)] = tokenizer.decode(output.ids[0])
         print(f"{path}\t{texts[str(path)]}", flush=True)
     return texts
@@ -99,6 +101,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--beam-size", help="decode.beam_size: prefixes of ctc-prefix-beam-search, hypotheses of "
                                             "llm-beam-search")
     parser.add_argument("--token-penalty", help="decode.token_penalty")
+    parser.add_argument("--blank-penalty", help="decode.blank_penalty (CTC searches)")
     parser.add_argument("--history-seconds", help="decode.history_seconds (streaming methods)")
     parser.add_argument("--lang-dir", help="default: the run's train.lang_dir (or the family's own tokenizer)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -30,13 +30,14 @@ def best_frame_ids(model, features: Tensor, feature_lens: Tensor) -> Tuple[Tenso
 
 
 def recognize(model, features: Tensor, feature_lens: Tensor, method: str = "ctc-greedy-search",
-              beam: int = 4, token_penalty: float = 0.0) -> Tuple[List[List[int]], List[str]]:
+              beam: int = 4, token_penalty: float = 0.0,
+              blank_penalty: float = 0.0) -> Tuple[List[List[int]], List[str]]:
     """One LLM forward pass for the batch, then search and detokenization."""
     tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
     with torch.inference_mode():
-        if method == GREEDY:
+        if method == GREEDY and not blank_penalty:
             scores, lengths = model.best_frame_ids(features, feature_lens)
         else:
             scores, lengths = model.log_probs(features, feature_lens)
-        ids = ctc_search(method, scores, lengths, model.blank_id, beam, token_penalty)
+        ids = ctc_search(method, scores, lengths, model.blank_id, beam, token_penalty, blank_penalty)
     return ids, tokenizer.decode_batch(ids)

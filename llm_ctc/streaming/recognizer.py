@@ -40,16 +40,19 @@ class ChunkResult:
 
 class StreamingRecognizer:
     """One utterance at a time. ``method``: "ctc-greedy-search" or
-    "ctc-prefix-beam-search" (``beam``, ``token_penalty``)."""
+    "ctc-prefix-beam-search" (``beam``, ``token_penalty``); both read ``blank_penalty``
+    (:mod:`asr.search`)."""
 
     def __init__(self, model, history_seconds: int = 8, chunk_seconds: int = 2,
-                 method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0) -> None:
+                 method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0,
+                 blank_penalty: float = 0.0) -> None:
         if method not in CTC_SEARCHES:
             raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(CTC_SEARCHES)}")
         self.model = model
         self.history, self.chunk_seconds = history_seconds, chunk_seconds
         self.chunk_frames = chunk_seconds * TICKS_PER_SECOND
         self.method, self.beam, self.token_penalty = method, beam, token_penalty
+        self.blank_penalty = blank_penalty
         self.tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
         self.llm = CachedStreamingLLM(model, history_seconds, streaming_grid(model.config), chunk_seconds)
         self.frontend = None  # built on the first audio: features-only use needs no lhotse
@@ -58,9 +61,10 @@ class StreamingRecognizer:
     def reset(self) -> None:
         self.llm.reset()
         if self.method == "ctc-greedy-search":
-            self.search = StreamingGreedySearch(self.model.blank_id)
+            self.search = StreamingGreedySearch(self.model.blank_id, self.blank_penalty)
         else:
-            self.search = StreamingPrefixBeamSearch(self.beam, self.model.blank_id, self.token_penalty)
+            self.search = StreamingPrefixBeamSearch(self.beam, self.model.blank_id, self.token_penalty,
+                                                    self.blank_penalty)
         self.past = None  # the last h seconds of features before the pending ones
         self.pending = None  # features of the chunk not yet complete
         self.samples = torch.zeros(0)
@@ -126,7 +130,7 @@ class StreamingRecognizer:
         with torch.no_grad():
             speech = chunk_embeddings(model, [window], [chunk.shape[0]])[0]
             states = self.llm.step(speech, chunk.shape[0])
-            if self.method == "ctc-greedy-search":
+            if self.method == "ctc-greedy-search" and not self.blank_penalty:
                 # The argmax of the logits is the argmax of the log-probabilities: no (T, V)
                 # log-softmax (as the offline greedy search, llm_ctc.decoding).
                 labels = model.frame_argmax(states)
@@ -143,12 +147,13 @@ class StreamingRecognizer:
 
 def recognize_streaming(model, features: Tensor, feature_lens: Tensor, history_seconds: int = 8,
                         method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0,
-                        chunk_seconds: int = 2):
+                        chunk_seconds: int = 2, blank_penalty: float = 0.0):
     """Streaming decoding of a padded batch for evaluation: each utterance chunk by chunk
     through one :class:`StreamingRecognizer` (reset between utterances). Returns token ids,
     texts and each utterance's largest KV cache (positions), to check the bound
     P + 2A + J on every utterance."""
-    recognizer = StreamingRecognizer(model, history_seconds, chunk_seconds, method, beam, token_penalty)
+    recognizer = StreamingRecognizer(model, history_seconds, chunk_seconds, method, beam, token_penalty,
+                                     blank_penalty)
     ids, texts, largest = [], [], []
     for n in range(features.shape[0]):
         recognizer.reset()

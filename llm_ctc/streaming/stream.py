@@ -77,6 +77,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--method", choices=CTC_SEARCHES, default="ctc-greedy-search")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--token-penalty", type=float, default=0.0)
+    parser.add_argument("--blank-penalty", type=float, default=0.0,
+                        help="subtracted from blank's log-probability at every frame")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     if (args.exp_dir is None) == (args.checkpoint is None):
@@ -98,7 +100,8 @@ def main(argv: Optional[List[str]] = None) -> str:
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     chunk_seconds = args.chunk_seconds or model.config.streaming_chunk_seconds
-    recognizer = StreamingRecognizer(model, args.history, chunk_seconds, args.method, args.beam, args.token_penalty)
+    recognizer = StreamingRecognizer(model, args.history, chunk_seconds, args.method, args.beam, args.token_penalty,
+                                     args.blank_penalty)
     per_chunk = chunk_seconds * SAMPLE_RATE
     for start in range(0, samples.numel(), per_chunk):
         results = recognizer.accept_waveform(samples[start:start + per_chunk])

@@ -142,6 +142,33 @@ def test_greedy_hypotheses_are_those_of_the_chosen_checkpoint(decoded: dict, exp
     assert {cut_id: pair["hyp"] for cut_id, pair in recogs.items()} == expected
 
 
+def test_each_blank_penalty_is_a_setting_with_the_penalized_greedy_hypotheses(exp_dir: Path, corpus) -> None:
+    """--blank-penalty 0 -4: two settings from one pass, the second the greedy search of the
+    log-probs with 4 added to blank at every frame (computed here from the checkpoint)."""
+    rates = decode(exp_dir, corpus["test"], "--epoch", "1", "--avg", "1", "--use-averaged-model", "false",
+                   "--method", "ctc-greedy-search", "--blank-penalty", "0", "-4", "--compute-cer", "false")
+    assert set(rates["valid"]) == {"ctc-greedy-search", "ctc-greedy-search_blank-penalty--4"}
+    checkpoint = torch.load(exp_dir / "epoch-1.pt", map_location="cpu", weights_only=False)
+    model = CTCModel(get_preset("tiny", vocab_size=29))
+    model.load_state_dict(checkpoint["model"])
+    model.eval()
+    tokenizer = load_tokenizer(corpus["lang"])
+    expected: Dict[str, Dict[str, list]] = {"ctc-greedy-search": {}, "ctc-greedy-search_blank-penalty--4": {}}
+    with torch.no_grad():
+        for cut in load_manifest(corpus["test"]):
+            features = torch.from_numpy(cut.load_features()).unsqueeze(0)
+            log_probs, lengths = model.log_probs(features, torch.tensor([features.size(1)]))
+            expected["ctc-greedy-search"][cut.id] = tokenizer.decode(ctc_greedy_search(log_probs, lengths)[0]).split()
+            penalized = log_probs.clone()
+            penalized[..., 0] += 4.0
+            expected["ctc-greedy-search_blank-penalty--4"][cut.id] = tokenizer.decode(
+                ctc_greedy_search(penalized, lengths)[0]).split()
+    assert expected["ctc-greedy-search"] != expected["ctc-greedy-search_blank-penalty--4"]
+    for key, hypotheses in expected.items():
+        recogs = parse_recogs(exp_dir / f"recogs-valid-{key}-epoch-1_avg-1.txt")
+        assert {cut_id: pair["hyp"] for cut_id, pair in recogs.items()} == hypotheses
+
+
 def test_averaged_model_and_cer_from_a_character_table(exp_dir: Path, corpus, capsys) -> None:
     rates = decode(exp_dir, f"mine={corpus['test']}", "--epoch", "2", "--avg", "1", "--method", "ctc-greedy-search")
     assert set(rates["mine"]) == {"ctc-greedy-search"}

@@ -39,7 +39,8 @@ class GeneratesWithoutGenerateIds(Complete):
 class StreamsWithoutCacheBound(Complete):
     decoding = frozenset({CTC_SEARCH, STREAMING})
 
-    def streaming_ids(self, features, feature_lens, history_seconds, search, beam=4, token_penalty=0.0):
+    def streaming_ids(self, features, feature_lens, history_seconds, search, beam=4, token_penalty=0.0,
+                      blank_penalty=0.0):
         return [[]], [0]
 
 

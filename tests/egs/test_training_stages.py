@@ -294,7 +294,7 @@ def test_cpu_processes_train_through_torchrun_on_the_cpu(recipe_copy, tmp_path):
 
 
 MINI_STAGE_10_PYTHON = """#!/usr/bin/env bash
-# Stand-in for python: one CPU core or two, and every program of stage 10 recorded, not run.
+# Stand-in for python: every program of stage 10 recorded, not run.
 case "$*" in
   *torch.cuda.device_count*) echo 0; exit 0 ;;
   "-m "*) echo "$*" >> "{record}"; exit 0 ;;
@@ -303,15 +303,10 @@ exec "{real}" "$@"
 """
 
 
-@pytest.mark.parametrize("cores, options, processes", [
-    (2, (), 2), (1, (), 1), (2, ("--cpu-processes", "1"), 1), (2, ("--cpu-processes", "3"), 3),
-])
-def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_copy, tmp_path, cores, options,
-                                                                      processes):
-    """egs/mini: stages 4 and 8 train in one process unless --cpu-processes says otherwise;
-    stage 10's two trainings and its decodes in two processes on a machine of two cores or more."""
-    recipe = recipe_copy("mini")
-    for path in ("exp/full_pruned_ctc/decoding.pt", "exp/full_llm_ctc/checkpoint-1200.pt"):
+def recorded_mini_programs(recipe: Path, tmp_path: Path, cores: int, inputs) -> tuple:
+    """(environment, record file) under which egs/mini's run.sh records its programs instead
+    of running them, on a machine of ``cores`` cores, with empty files at ``inputs``."""
+    for path in inputs:
         (recipe / path).parent.mkdir(parents=True, exist_ok=True)
         (recipe / path).write_bytes(b"")
     bin_dir = tmp_path / "bin"
@@ -323,6 +318,19 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
         program.chmod(0o755)
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env, record
+
+
+@pytest.mark.parametrize("cores, options, processes", [
+    (2, (), 2), (1, (), 1), (2, ("--cpu-processes", "1"), 1), (2, ("--cpu-processes", "3"), 3),
+])
+def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_copy, tmp_path, cores, options,
+                                                                      processes):
+    """egs/mini: stages 4 and 8 train in one process unless --cpu-processes says otherwise;
+    stage 10's two trainings and its decodes in two processes on a machine of two cores or more."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, cores,
+                                         ("exp/full_pruned_ctc/decoding.pt", "exp/full_llm_ctc/checkpoint-1200.pt"))
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10", *options],
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -134,6 +134,24 @@ def test_streaming_decoding_with_a_covering_history_equals_the_parallel_query_re
     model.train()
 
 
+@pytest.mark.parametrize("method", ["ctc-greedy-search", "ctc-prefix-beam-search"])
+def test_streaming_decoding_with_a_blank_penalty_equals_the_penalized_parallel_search(streaming_model, method):
+    """decode.blank_penalty chunk by chunk (greedy then reads log-probs, not the logits'
+    argmax) gives the offline search of the same penalty over the parallel pass."""
+    from asr.decode_methods import ctc_search
+
+    model = streaming_model.eval()
+    features, lens = random_features([610, 1030], seed=25)
+    with torch.no_grad():
+        log_probs, out_lens = model.log_probs(features, lens)
+    for penalty in (2.0, -30.0):
+        ids, _ = model.streaming_ids(features, lens, 8, method, beam=3, token_penalty=0.5, blank_penalty=penalty)
+        assert ids == ctc_search(method, log_probs, out_lens, model.blank_id, 3, 0.5, penalty)
+    assert model.streaming_ids(features, lens, 8, method, beam=3, blank_penalty=2.0)[0] != \
+        model.streaming_ids(features, lens, 8, method, beam=3, blank_penalty=-30.0)[0]
+    model.train()
+
+
 def test_streaming_decoding_refuses_a_cache_beyond_the_bound(streaming_model, monkeypatch):
     from llm_ctc.streaming.model import CacheBoundExceeded
 
@@ -151,7 +169,7 @@ def test_decode_settings_name_each_history_and_refuse_bad_ones():
 
     options = DecodeOptions(methods=("ctc-greedy-search", "ctc-streaming-prefix-beam-search"),
                             history_seconds=(2, 4, 2), token_penalty=0.7)
-    assert [key for _, _, key in decoding_settings(options)] == [
+    assert [setting.key for setting in decoding_settings(options)] == [
         "ctc-greedy-search"] + [f"ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.7_history-{h}s"
                                 for h in (2, 4)]
     assert DecodeOptions(history_seconds=8).history_seconds == (8,)

@@ -25,3 +25,28 @@ def test_rows_are_offline_then_each_history_with_the_relative_change(tmp_path):
 def test_missing_results_are_named(tmp_path):
     with pytest.raises(SystemExit, match="no wer-summary-dev-\\*.txt in .*off: decode it first"):
         table(["--offline", str(tmp_path / "off"), "--streaming", str(tmp_path), "--sets", "dev"])
+
+
+def test_the_table_9_layout_and_the_search_and_blank_penalty_chosen(tmp_path):
+    """With --speech the readouts come first (query relative to speech); --search and
+    --blank-penalty choose the settings every row may use."""
+    speech, query, streaming = tmp_path / "speech", tmp_path / "query", tmp_path / "on"
+    beam, greedy = "ctc-prefix-beam-search_beam-4_token-penalty-0.3", "ctc-greedy-search"
+    for test_set, scale in (("dev", 1.0), ("test", 2.0)):
+        write_summary(speech, test_set, {beam: 2.0 * scale, greedy: 1.5 * scale, f"{beam}_blank-penalty-0.5": 1.0})
+        write_summary(query, test_set, {beam: 2.5 * scale, greedy: 3.0 * scale, f"{beam}_blank-penalty-0.5": 2.0})
+        on = "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3"
+        write_summary(streaming, test_set, {f"{on}_history-2s": 3.0 * scale, f"{on}_blank-penalty-0.5_history-2s": 2.2,
+                                            f"ctc-streaming-greedy-search_history-2s": 1.0})
+    args = ["--speech", str(speech), "--offline", str(query), "--streaming", str(streaming), "--sets", "dev", "test"]
+    lines = table(args + ["--search", "beam"]).splitlines()
+    assert lines[0] == "| readout (offline) | dev WER (%) | test WER (%) |"
+    assert lines[2:4] == ["| speech | 2.00 | 4.00 |", "| query (causal) | 2.50 (+25.0%) | 5.00 (+25.0%) |"]
+    assert lines[7:] == ["| offline | - | 2.50 | 5.00 |", "| streaming | 2 | 3.00 (+20.0%) | 6.00 (+20.0%) |"]
+    lines = table(args + ["--search", "beam", "--blank-penalty", "0.5"]).splitlines()
+    assert lines[2:4] == ["| speech | 1.00 | 1.00 |", "| query (causal) | 2.00 (+100.0%) | 2.00 (+100.0%) |"]
+    assert lines[-1] == "| streaming | 2 | 2.20 (+10.0%) | 2.20 (+10.0%) |"
+    # The default takes the better of greedy and beam search, at blank penalty 0.
+    assert table(args).splitlines()[2] == "| speech | 1.50 | 3.00 |"
+    with pytest.raises(SystemExit, match="no offline setting of search 'beam' and blank penalty 1"):
+        table(args + ["--search", "beam", "--blank-penalty", "1"])
