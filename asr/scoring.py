@@ -14,7 +14,9 @@ Files written per test set (names and layouts are icefall's, so existing parsers
   ``PER-UTT DETAILS`` (consecutive errors merged into one ``(ref->hyp)``),
   ``SUBSTITUTIONS``, ``DELETIONS``, ``INSERTIONS``, ``PER-WORD STATS``.
 - ``wer-summary-<set>.txt``: ``settings\\tWER`` then one ``<key>\\t<rate>`` line per
-  decoding setting, best first.
+  decoding setting, best first: the settings scored now and those an earlier run scored
+  into the same folder with the same suffix (whose ``errs-*`` file is still there), so a
+  second decode with other settings adds to the summary instead of hiding the first.
 
 Every file is written under a temporary name and renamed, so a reader never sees a
 half-written file.
@@ -346,7 +348,10 @@ def save_results(
             f"[{test_set_name}-{key}] %{unit} {rates[key]:.2f}% [{stats.errors} / {stats.reference_length}, "
             f"{stats.insertions} ins, {stats.deletions} del, {stats.substitutions} sub ]"
         )
-    write_text_atomically(result_dir / f"wer-summary-{test_set_name}{tail}.txt", format_wer_summary(rates))
+    earlier = {key: rate for key, rate in read_wer_summary(result_dir, test_set_name, suffix).items()
+               if key not in rates and (result_dir / f"errs-{test_set_name}-{key}{tail}.txt").is_file()}
+    write_text_atomically(result_dir / f"wer-summary-{test_set_name}{tail}.txt",
+                          format_wer_summary({**earlier, **rates}))
     summary = [f"For {test_set_name}, {unit} of different settings are:"]
     note = f"\tbest for {test_set_name}"
     for key, rate in sorted(rates.items(), key=lambda kv: kv[1]):

@@ -31,11 +31,16 @@ from asr.scoring import read_wer_summary
 HISTORY = re.compile(r"^(?P<method>.+)_history-(?P<h>\d+)s$")
 BLANK_PENALTY = re.compile(r"_blank-penalty-(?P<b>[-0-9.e]+)")
 SEARCHES = {"best": None, "beam": "prefix-beam-search", "greedy": "greedy-search"}
+# The weights' part of result file names (asr.weights): epoch-30_avg-15, iter-2300_avg-1_...
+WEIGHTS_SUFFIX = re.compile(r"^(epoch|iter)-\d+_avg-\d+")
 
 
 def newest_summary(exp_dir: Path, test_set: str) -> Dict[str, float]:
-    """setting -> WER of the newest wer-summary file of ``test_set`` in ``exp_dir``."""
-    paths = sorted(exp_dir.glob(f"wer-summary-{test_set}-*.txt"), key=lambda path: path.stat().st_mtime)
+    """setting -> WER of the newest wer-summary file of ``test_set`` in ``exp_dir`` (not
+    of a set whose name extends it: test-clean-long is not test-clean)."""
+    paths = sorted((path for path in exp_dir.glob(f"wer-summary-{test_set}-*.txt")
+                    if WEIGHTS_SUFFIX.match(path.name[len(f"wer-summary-{test_set}-"):])),
+                   key=lambda path: path.stat().st_mtime)
     if not paths:
         raise FileNotFoundError(f"no wer-summary-{test_set}-*.txt in {exp_dir}: decode it first")
     suffix = paths[-1].name[len(f"wer-summary-{test_set}-"):-len(".txt")]

@@ -139,6 +139,21 @@ def test_save_results_writes_the_three_files_and_prints_best_setting(tmp_path, c
     ) in printed
 
 
+def test_a_second_run_adds_its_settings_to_the_summary_of_the_first(tmp_path):
+    """Settings scored earlier into the same folder and suffix stay in the summary (while
+    their errs- file is there); a setting scored again takes its new rate."""
+    worse = [("utt-1", ["I", "LOVE", "YOU"], ["I", "LOVE"]), ("utt-2", ["I", "HATE", "YOU"], ["I", "HATE", "YOU"])]
+    save_results(tmp_path, "dev", {"greedy": worse, "beam-4": worse}, suffix="iter-8")
+    save_results(tmp_path, "dev", {"streaming": HAND_RESULTS, "beam-4": HAND_RESULTS}, suffix="iter-8")
+    summary = (tmp_path / "wer-summary-dev-iter-8.txt").read_text()
+    assert summary == "settings\tWER\ngreedy\t16.67\nstreaming\t33.33\nbeam-4\t33.33\n"
+    (tmp_path / "errs-dev-greedy-iter-8.txt").unlink()
+    save_results(tmp_path, "dev", {"beam-4": worse}, suffix="iter-8")
+    assert (tmp_path / "wer-summary-dev-iter-8.txt").read_text() == "settings\tWER\nbeam-4\t16.67\nstreaming\t33.33\n"
+    save_results(tmp_path, "dev", {"greedy": worse}, suffix="iter-9")  # other weights: a summary of their own
+    assert (tmp_path / "wer-summary-dev-iter-9.txt").read_text() == "settings\tWER\ngreedy\t16.67\n"
+
+
 def test_save_results_suffix_and_normalizer(tmp_path):
     results = [("g1", ["UM", "E-COMMERCE", "<COMMA>", "rocks"], ["e", "commerce", "ROCKS", "uh"])]
     rates = save_results(

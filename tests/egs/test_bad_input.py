@@ -147,9 +147,9 @@ def test_failed_download_says_how_to_place_a_copy(tmp_path, monkeypatch):
 
 def test_a_stage_the_recipe_does_not_have_is_refused(recipe_copy, run_recipe):
     recipe = recipe_copy("mini")
-    result = run_recipe(recipe, "--stage", "11", "--stop-stage", "11", check=False)
+    result = run_recipe(recipe, "--stage", "12", "--stop-stage", "12", check=False)
     assert result.returncode != 0
-    assert "--stage 11: this recipe's stages are 0..10" in result.stdout + result.stderr
+    assert "--stage 12: this recipe's stages are 0..11" in result.stdout + result.stderr
     backwards = run_recipe(recipe, "--stage", "5", "--stop-stage", "4", check=False)
     assert backwards.returncode != 0 and "no stage would run" in backwards.stdout + backwards.stderr
 

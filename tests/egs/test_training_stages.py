@@ -294,7 +294,7 @@ def test_cpu_processes_train_through_torchrun_on_the_cpu(recipe_copy, tmp_path):
 
 
 MINI_STAGE_10_PYTHON = """#!/usr/bin/env bash
-# Stand-in for python: every program of stage 10 recorded, not run.
+# Stand-in for python: every program of stages 10 and 11 recorded, not run.
 case "$*" in
   *torch.cuda.device_count*) echo 0; exit 0 ;;
   "-m "*) echo "$*" >> "{record}"; exit 0 ;;
@@ -371,6 +371,49 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     stage_4_processes = processes if options else 1
     assert stage_4[:2] == (["-m", "asr.train"] if stage_4_processes == 1 else ["-m", "torch.distributed.run"]), \
         result.stdout + result.stderr
+
+
+def test_mini_stage_11_trains_stage_10s_llm_step_offline_with_each_readout_and_prints_tables_9_and_5(
+        recipe_copy, tmp_path):
+    """egs/mini stage 11: two trainings with stage 10's LLM-step settings but neither its
+    streaming ones nor its joined batches (speech, then query readout), on stage 10's
+    encoder from stage 8's weights, each decoded on dev-clean and test-clean, then the
+    table of all three models."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
+                                                               "exp/full_llm_ctc/decoding.pt"))
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    kinds = [next(m for m in ("asr.train", "asr.decode", "llm_ctc.streaming.table") if m in command)
+             for command in launches]
+    assert kinds == ["asr.train", "asr.decode", "asr.train", "asr.decode", "llm_ctc.streaming.table"]
+    trainings = [command for command in launches if "asr.train" in command]
+    streaming_only = ("model.streaming=true", "model.streaming_position_offset_chunks=30",
+                      "data.concatenate_seconds=10")
+    shared = {"model.encoder_path=exp/full_pruned_ctc_streaming/decoding.pt",
+              "train.init_from=exp/full_llm_ctc/decoding.pt", "train.max_batches=2300",
+              "model.encoder_trained_blocks=3", "model.encoder_lr_scale=0.1", "model.projector_lr_scale=1"}
+    for command, readout in zip(trainings, ("speech", "query")):
+        assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
+        assert f"train.exp_dir=exp/full_llm_ctc_{readout}_offline" in command
+        assert shared | {f"model.readout={readout}"} <= set(command), command
+        assert not set(streaming_only) & set(command)
+    decodes = [command for command in launches if "asr.decode" in command]
+    for command, readout in zip(decodes, ("speech", "query")):
+        assert f"train.exp_dir=exp/full_llm_ctc_{readout}_offline" in command
+        assert "decode.methods=ctc-greedy-search,ctc-prefix-beam-search" in command
+    [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
+    assert table[2:] == ["--speech", "exp/full_llm_ctc_speech_offline", "--offline", "exp/full_llm_ctc_query_offline",
+                         "--streaming", "exp/full_llm_ctc_streaming", "--sets", "dev-clean", "test-clean",
+                         "--search", "beam"]
+    assert (recipe / "exp/full_tables_9_and_5.md").is_file()
+    # Without stage 10's encoder the stage says which stage to run first.
+    (recipe / "exp/full_pruned_ctc_streaming/decoding.pt").unlink()
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "run --stage 10 first" in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("options, message", [

@@ -22,6 +22,21 @@ def test_rows_are_offline_then_each_history_with_the_relative_change(tmp_path):
                                      "| streaming | 8 | 10.30 (+3.0%) |"]
 
 
+def test_a_set_whose_name_extends_another_is_not_read_for_it(tmp_path):
+    """test-clean-long's summary, newer, is not test-clean's."""
+    import os
+
+    offline, streaming = tmp_path / "off", tmp_path / "on"
+    write_summary(offline, "test-clean", {"ctc-greedy-search": 2.0})
+    key = "ctc-streaming-greedy-search_history-2s"
+    write_summary(streaming, "test-clean", {key: 3.0})
+    write_summary(streaming, "test-clean-long", {key: 6.0})
+    long = streaming / "wer-summary-test-clean-long-iter-8_avg-1.txt"
+    os.utime(long, (long.stat().st_mtime + 10, long.stat().st_mtime + 10))
+    text = table(["--offline", str(offline), "--streaming", str(streaming), "--sets", "test-clean"])
+    assert text.splitlines()[-1] == "| streaming | 2 | 3.00 (+50.0%) |"
+
+
 def test_missing_results_are_named(tmp_path):
     with pytest.raises(SystemExit, match="no wer-summary-dev-\\*.txt in .*off: decode it first"):
         table(["--offline", str(tmp_path / "off"), "--streaming", str(tmp_path), "--sets", "dev"])
