@@ -101,7 +101,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--beam-size", help="decode.beam_size: prefixes of ctc-prefix-beam-search, hypotheses of "
                                             "llm-beam-search")
     parser.add_argument("--token-penalty", help="decode.token_penalty")
-    parser.add_argument("--blank-penalty", help="decode.blank_penalty (CTC searches)")
+    parser.add_argument("--blank-penalty", help="decode.blank_penalty (CTC searches; the first value of a list)")
     parser.add_argument("--history-seconds", help="decode.history_seconds (streaming methods)")
     parser.add_argument("--lang-dir", help="default: the run's train.lang_dir (or the family's own tokenizer)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
