@@ -1,5 +1,5 @@
 """Offline against streaming WER in the layout of the paper's Table 5: one row for the
-offline model, one per left history h of the streaming model, per test set, with the
+offline model, one per left history h of each streaming model, per test set, with the
 relative change against offline (Sec. 5.4: within 3% relative on GigaSpeech test); and,
 given a speech-readout model, first the layout of Table 9 (speech against query readout,
 offline, the query readout's relative change against the speech readout)::
@@ -9,13 +9,17 @@ offline, the query readout's relative change against the speech readout)::
     python -m llm_ctc.streaming.table --speech exp/full_llm_ctc_speech_offline \\
         --offline exp/full_llm_ctc_query_offline --streaming exp/full_llm_ctc_streaming \\
         --sets dev-clean test-clean --search beam
+    python -m llm_ctc.streaming.table --offline exp/full_llm_ctc_query_offline \\
+        --streaming exp/full_llm_ctc_streaming_sentences --streaming exp/full_llm_ctc_streaming \\
+        --sets dev-clean test-clean
 
 Reads the ``wer-summary-<set>-<suffix>.txt`` files of ``asr.decode`` (the newest one per
 set and folder). Each row is the best of the settings it may use: ``--search beam`` or
 ``greedy`` keeps prefix beam or greedy search only (default: either), ``--blank-penalty``
 the settings decoded with that ``decode.blank_penalty`` (default 0), and
 ``--offline-key`` names one offline setting; the streaming rows are the
-``..._history-<h>s`` settings.
+``..._history-<h>s`` settings. With several ``--streaming`` folders each one's rows are
+named by its folder ("streaming: full_llm_ctc_streaming").
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from asr.scoring import read_wer_summary
 
@@ -75,24 +79,26 @@ def relative(rate: float, base: float) -> str:
     return f"{rate:.2f} ({100 * (rate - base) / base:+.1f}%)" if base else f"{rate:.2f}"
 
 
-def table_rows(offline: Dict[str, Dict[str, float]], streaming: Dict[str, Dict[str, float]],
+def table_rows(offline: Dict[str, Dict[str, float]], streaming: Sequence[Tuple[str, Dict[str, Dict[str, float]]]],
                sets: Sequence[str], offline_key: Optional[str] = None, search: str = "best",
                blank_penalty: float = 0.0) -> List[List[str]]:
-    """Rows [mode, h, (WER, relative change) per set]: the offline row first."""
+    """Rows [mode, h, (WER, relative change) per set]: the offline row first, then those of
+    each (name, results) of ``streaming`` in order."""
     bases = {s: best_rate(offline[s], f"the offline model's {s}", offline_key, search, blank_penalty) for s in sets}
-    histories = sorted({int(m.group("h")) for s in sets for key in streaming[s]
-                        if (m := HISTORY.match(key)) and usable(key, search, blank_penalty)})
-    if not histories:
-        raise ValueError("the streaming results hold no _history-<h>s setting of that search and blank penalty "
-                         "(decode with ctc-streaming-* methods)")
     rows = [["offline", "-"] + [f"{bases[s]:.2f}" for s in sets]]
-    for h in histories:
-        row = ["streaming", str(h)]
-        for test_set in sets:
-            found = [rate for key, rate in streaming[test_set].items()
-                     if (m := HISTORY.match(key)) and int(m.group("h")) == h and usable(key, search, blank_penalty)]
-            row.append(relative(min(found), bases[test_set]) if found else "-")
-        rows.append(row)
+    for name, results in streaming:
+        histories = sorted({int(m.group("h")) for s in sets for key in results[s]
+                            if (m := HISTORY.match(key)) and usable(key, search, blank_penalty)})
+        if not histories:
+            raise ValueError(f"the {name} results hold no _history-<h>s setting of that search and blank penalty "
+                             "(decode with ctc-streaming-* methods)")
+        for h in histories:
+            row = [name, str(h)]
+            for test_set in sets:
+                found = [rate for key, rate in results[test_set].items()
+                         if (m := HISTORY.match(key)) and int(m.group("h")) == h and usable(key, search, blank_penalty)]
+                row.append(relative(min(found), bases[test_set]) if found else "-")
+            rows.append(row)
     return rows
 
 
@@ -113,7 +119,8 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--offline", type=Path, required=True, help="the offline (query-readout) model's folder")
-    parser.add_argument("--streaming", type=Path, required=True, help="the streaming model's experiment folder")
+    parser.add_argument("--streaming", type=Path, required=True, action="append",
+                        help="a streaming model's experiment folder (again for another model)")
     parser.add_argument("--speech", type=Path, default=None,
                         help="an offline speech-readout model's folder: the Table 9 layout first")
     parser.add_argument("--sets", nargs="+", required=True, help="test set names, e.g. dev test")
@@ -125,7 +132,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
     args = parser.parse_args(argv)
     try:
         offline = {s: newest_summary(args.offline, s) for s in args.sets}
-        streaming = {s: newest_summary(args.streaming, s) for s in args.sets}
+        streaming = [(f"streaming: {folder.name}" if len(args.streaming) > 1 else "streaming",
+                      {s: newest_summary(folder, s) for s in args.sets}) for folder in args.streaming]
         speech = {s: newest_summary(args.speech, s) for s in args.sets} if args.speech else None
         rows = table_rows(offline, streaming, args.sets, args.offline_key, args.search, args.blank_penalty)
         readouts = readout_rows(speech, offline, args.sets, args.search, args.blank_penalty) if speech else None

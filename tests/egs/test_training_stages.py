@@ -373,12 +373,12 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
         result.stdout + result.stderr
 
 
-def test_mini_stage_11_trains_stage_10s_llm_step_offline_with_each_readout_and_prints_tables_9_and_5(
+def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_and_prints_tables_9_and_5(
         recipe_copy, tmp_path):
-    """egs/mini stage 11: two trainings with stage 10's LLM-step settings but neither its
-    streaming ones nor its joined batches (speech, then query readout), on stage 10's
-    encoder from stage 8's weights, each decoded on dev-clean and test-clean, then the
-    table of all three models."""
+    """egs/mini stage 11: three trainings with stage 10's LLM-step settings but not its
+    joined batches (offline speech readout, offline query readout, streaming query
+    readout), on stage 10's encoder from stage 8's weights, each decoded on dev-clean and
+    test-clean (the streaming one chunk by chunk), then the tables of these and stage 10's."""
     recipe = recipe_copy("mini")
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt"))
@@ -388,24 +388,33 @@ def test_mini_stage_11_trains_stage_10s_llm_step_offline_with_each_readout_and_p
     launches = [shlex.split(line) for line in record.read_text().splitlines()]
     kinds = [next(m for m in ("asr.train", "asr.decode", "llm_ctc.streaming.table") if m in command)
              for command in launches]
-    assert kinds == ["asr.train", "asr.decode", "asr.train", "asr.decode", "llm_ctc.streaming.table"]
+    assert kinds == ["asr.train", "asr.decode"] * 3 + ["llm_ctc.streaming.table"]
     trainings = [command for command in launches if "asr.train" in command]
-    streaming_only = ("model.streaming=true", "model.streaming_position_offset_chunks=30",
-                      "data.concatenate_seconds=10")
+    streaming = ("model.streaming=true", "model.streaming_chunk_seconds=2", "model.streaming_max_history=8",
+                 "model.streaming_position_offset_chunks=30")
     shared = {"model.encoder_path=exp/full_pruned_ctc_streaming/decoding.pt",
               "train.init_from=exp/full_llm_ctc/decoding.pt", "train.max_batches=2300",
               "model.encoder_trained_blocks=3", "model.encoder_lr_scale=0.1", "model.projector_lr_scale=1"}
-    for command, readout in zip(trainings, ("speech", "query")):
+    folders = ("exp/full_llm_ctc_speech_offline", "exp/full_llm_ctc_query_offline",
+               "exp/full_llm_ctc_streaming_sentences")
+    for command, readout, folder in zip(trainings, ("speech", "query", "query"), folders):
         assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
-        assert f"train.exp_dir=exp/full_llm_ctc_{readout}_offline" in command
+        assert f"train.exp_dir={folder}" in command
         assert shared | {f"model.readout={readout}"} <= set(command), command
-        assert not set(streaming_only) & set(command)
+        assert not any(a.startswith("data.concatenate") for a in command), command
+        assert set(streaming) <= set(command) if folder.endswith("sentences") else not set(streaming) & set(command)
     decodes = [command for command in launches if "asr.decode" in command]
-    for command, readout in zip(decodes, ("speech", "query")):
-        assert f"train.exp_dir=exp/full_llm_ctc_{readout}_offline" in command
-        assert "decode.methods=ctc-greedy-search,ctc-prefix-beam-search" in command
+    for command, folder in zip(decodes, folders):
+        assert f"train.exp_dir={folder}" in command
+        if folder.endswith("sentences"):
+            assert {"decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search",
+                    "decode.history_seconds=2,4,8", *streaming} <= set(command), command
+        else:
+            assert "decode.methods=ctc-greedy-search,ctc-prefix-beam-search" in command
+            assert not any(a.startswith("decode.history_seconds") for a in command)
     [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
     assert table[2:] == ["--speech", "exp/full_llm_ctc_speech_offline", "--offline", "exp/full_llm_ctc_query_offline",
+                         "--streaming", "exp/full_llm_ctc_streaming_sentences",
                          "--streaming", "exp/full_llm_ctc_streaming", "--sets", "dev-clean", "test-clean",
                          "--search", "beam"]
     assert (recipe / "exp/full_tables_9_and_5.md").is_file()

@@ -65,3 +65,24 @@ def test_the_table_9_layout_and_the_search_and_blank_penalty_chosen(tmp_path):
     assert table(args).splitlines()[2] == "| speech | 1.50 | 3.00 |"
     with pytest.raises(SystemExit, match="no offline setting of search 'beam' and blank penalty 1"):
         table(args + ["--search", "beam", "--blank-penalty", "1"])
+
+
+def test_several_streaming_models_each_give_their_rows_named_by_their_folder(tmp_path):
+    """Table 5 with stage 11's single-sentence streaming model and stage 10's: each model's
+    histories in the order given, each relative to the one offline model."""
+    offline, sentences, joined = tmp_path / "off", tmp_path / "full_sentences", tmp_path / "full_joined"
+    write_summary(offline, "test", {"ctc-prefix-beam-search_beam-4_token-penalty-0.3": 2.0})
+    key = "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_history-{}s"
+    write_summary(sentences, "test", {key.format(2): 2.1, key.format(8): 2.05})
+    write_summary(joined, "test", {key.format(2): 4.0})
+    text = table(["--offline", str(offline), "--streaming", str(sentences), "--streaming", str(joined),
+                  "--sets", "test"])
+    assert text.splitlines()[2:] == ["| offline | - | 2.00 |",
+                                     "| streaming: full_sentences | 2 | 2.10 (+5.0%) |",
+                                     "| streaming: full_sentences | 8 | 2.05 (+2.5%) |",
+                                     "| streaming: full_joined | 2 | 4.00 (+100.0%) |"]
+    # A folder without streaming settings is named in the error.
+    write_summary(tmp_path / "full_offline_only", "test", {"ctc-greedy-search": 3.0})
+    with pytest.raises(SystemExit, match="the streaming: full_offline_only results hold no _history"):
+        table(["--offline", str(offline), "--streaming", str(sentences), "--streaming",
+               str(tmp_path / "full_offline_only"), "--sets", "test"])
