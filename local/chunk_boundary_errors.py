@@ -1,0 +1,193 @@
+"""Where streaming's extra errors are: each reference word of the test sentences placed in
+time by a CTC forced alignment (``asr.alignment``) through an offline Zipformer on whole
+utterances, and every decode's errors counted by the word's distance from the nearest
+2 s chunk boundary (paper Sec. 4.3: streaming encodes chunk b without the audio after
+it, so a word that a boundary cuts is encoded in two windows, the first without its
+end)::
+
+    python -m local.chunk_boundary_errors exp/full_pruned_ctc/decoding.pt \\
+        --cuts data/full/fbank/librispeech_cuts_dev-clean.jsonl.gz \\
+               data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
+        --lang-dir data/full/lang_bpe_500 \\
+        --recogs "streaming=exp/full_llm_ctc_streaming_sentences/recogs-dev-clean-<setting>.txt" \\
+        --recogs "streaming=exp/full_llm_ctc_streaming_sentences/recogs-test-clean-<setting>.txt" \\
+        --recogs "offline=exp/full_llm_ctc_query_offline/recogs-dev-clean-<setting>.txt" ...
+
+A ``--recogs`` name given more than once pools its files. A word's span runs from the
+first to the last frame of its tokens in the alignment (40 ms frames); a boundary inside
+the span puts the word in the first row (a word that the boundary cuts). Substitutions and deletions belong to their
+reference word, an insertion to the reference word before it (the first word when it
+comes first). Sentences no longer than one chunk have no boundary: their own row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import kaldialign
+import torch
+from lhotse import CutSet
+
+from asr.alignment import ctc_forced_alignment, token_frames
+from asr.atomic_io import write_text_atomically
+from asr.data import load_cuts_lazy
+from asr.scoring import ERROR_SYMBOL, read_recogs
+from asr.tokenizer import load_tokenizer
+from local.chunked_encoder_wer import whole_log_probs
+from zipformer.model import load_ctc_checkpoint
+from zipformer.windows import FRAMES_PER_OUTPUT
+
+SECONDS_PER_FRAME = FRAMES_PER_OUTPUT / 100
+ONE_CHUNK = "sentence within one chunk"
+CUT = "a boundary inside the word"
+
+
+def word_spans(log_probs: torch.Tensor, word_tokens: Sequence[Sequence[int]], blank_id: int,
+               seconds_per_frame: float = SECONDS_PER_FRAME) -> List[Tuple[float, float]]:
+    """(start, end) in seconds of each word, from the forced alignment of its tokens: the
+    first frame of its first token to the end of the last frame of its last token."""
+    tokens = [token for word in word_tokens for token in word]
+    spans = token_frames(ctc_forced_alignment(log_probs, tokens, blank_id), blank_id)
+    if len(spans) != len(tokens):
+        raise RuntimeError(f"the alignment has {len(spans)} tokens, the words {len(tokens)}")
+    out, index = [], 0
+    for word in word_tokens:
+        if not word:
+            raise ValueError("a word has no tokens")
+        first, last = spans[index][0], spans[index + len(word) - 1][1]
+        out.append((first * seconds_per_frame, (last + 1) * seconds_per_frame))
+        index += len(word)
+    return out
+
+
+def boundary_distance(span: Tuple[float, float], duration: float, chunk_seconds: float) -> Optional[float]:
+    """Seconds from the span to the nearest chunk boundary inside the utterance (0 when one
+    falls within it); None for an utterance no longer than one chunk."""
+    boundaries = [chunk_seconds * b for b in range(1, int(duration // chunk_seconds) + 1)
+                  if chunk_seconds * b < duration]
+    if not boundaries:
+        return None
+    start, end = span
+    return min(0.0 if start <= b <= end else min(abs(start - b), abs(end - b)) for b in boundaries)
+
+
+def distance_bin(distance: Optional[float], edges: Sequence[float]) -> str:
+    """The row of a distance: the cut-word row (0), '< e1 s', 'e1-e2 s', ..., '>= en s', or
+    the one-chunk row (None)."""
+    if distance is None:
+        return ONE_CHUNK
+    if distance == 0:
+        return CUT
+    for low, high in zip([0.0] + list(edges), edges):
+        if distance < high:
+            return f"< {high:g} s" if low == 0 else f"{low:g}-{high:g} s"
+    return f">= {edges[-1]:g} s"
+
+
+def bin_order(edges: Sequence[float]) -> List[str]:
+    return [CUT] + [distance_bin(d, edges) for d in [edges[0] / 2] + list(edges)] + [ONE_CHUNK]
+
+
+def count_by_bin(results: Dict[str, Tuple[List[str], List[str]]], bins: Dict[str, List[str]]) -> Counter:
+    """Counter of (row, 'words') and (row, 'errors') over the cuts of ``results`` (cut id ->
+    (reference, hypothesis)); ``bins`` gives each cut's row per reference word."""
+    counts: Counter = Counter()
+    for cut_id, (reference, hypothesis) in results.items():
+        if cut_id not in bins:
+            raise KeyError(f"cut {cut_id} of the recogs is not in --cuts")
+        rows = bins[cut_id]
+        if len(rows) != len(reference):
+            raise ValueError(f"cut {cut_id}: the recogs' reference has {len(reference)} words, the cut's "
+                             f"transcript {len(rows)}")
+        word = 0
+        for ref, hyp in kaldialign.align(list(reference), list(hypothesis), ERROR_SYMBOL):
+            if ref == ERROR_SYMBOL:  # an insertion: the word before it (or the first)
+                counts[rows[max(word - 1, 0)], "errors"] += 1
+                continue
+            counts[rows[word], "words"] += 1
+            counts[rows[word], "errors"] += ref != hyp
+            word += 1
+    return counts
+
+
+def format_table(counts: Dict[str, Counter], edges: Sequence[float]) -> str:
+    rows = [row for row in bin_order(edges) if any(c[row, "words"] for c in counts.values())]
+    lines = ["| reference words, by distance from a chunk boundary | words | "
+             + " | ".join(f"{name}: errors (%)" for name in counts) + " |",
+             "|---|---|" + "---|" * len(counts)]
+    for row in rows:
+        words = next(iter(counts.values()))[row, "words"]
+        cells = [f"{c[row, 'errors']} ({100 * c[row, 'errors'] / max(c[row, 'words'], 1):.2f})"
+                 for c in counts.values()]
+        lines.append(f"| {row} | {words} | " + " | ".join(cells) + " |")
+    totals = [f"{sum(c[r, 'errors'] for r in rows)}" for c in counts.values()]
+    lines.append(f"| all | {sum(next(iter(counts.values()))[r, 'words'] for r in rows)} | " + " | ".join(totals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cut_bins(model, cuts: CutSet, tokenizer, chunk_seconds: float, edges: Sequence[float],
+             batch_size: int = 8) -> Dict[str, List[str]]:
+    """cut id -> the row of each reference word (by ``tokenizer.normalize_reference``)."""
+    from lhotse.dataset.input_strategies import PrecomputedFeatures
+
+    stored, cut_list, bins = PrecomputedFeatures(), list(cuts), {}
+    with torch.inference_mode():
+        for start in range(0, len(cut_list), batch_size):
+            batch = CutSet.from_cuts(cut_list[start:start + batch_size])
+            for cut, log_probs in zip(batch, whole_log_probs(model, *stored(batch))):
+                text = " ".join(s.text for s in cut.supervisions)
+                words = text.split()
+                if len(tokenizer.normalize_reference(text).split()) != len(words):
+                    raise ValueError(f"cut {cut.id}: its scored reference does not have one word per word of {text!r}")
+                spans = word_spans(log_probs, tokenizer.encode(words), tokenizer.blank_id)
+                bins[cut.id] = [distance_bin(boundary_distance(span, cut.duration, chunk_seconds), edges)
+                                for span in spans]
+            logging.info("aligned %d/%d cuts", min(start + batch_size, len(cut_list)), len(cut_list))
+    return bins
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path, help="an offline Zipformer checkpoint written by asr.train")
+    parser.add_argument("--cuts", nargs="+", required=True, help="the test cuts (stored features)")
+    parser.add_argument("--lang-dir", type=Path, required=True, help="the Zipformer's lexicon folder")
+    parser.add_argument("--recogs", action="append", required=True, metavar="NAME=FILE",
+                        help="a decode's recogs- file; a NAME given more than once pools its files")
+    parser.add_argument("--chunk-seconds", type=float, default=2.0)
+    parser.add_argument("--edges", type=float, nargs="+", default=[0.25, 0.5], help="row edges in seconds")
+    parser.add_argument("--output", type=Path, help="also write the table here (markdown)")
+    args = parser.parse_args(argv)
+    if args.chunk_seconds <= 0 or sorted(args.edges) != args.edges or args.edges[0] <= 0:
+        parser.error(f"--chunk-seconds must be > 0 and --edges increasing and > 0, got {args.chunk_seconds} "
+                     f"and {args.edges}")
+    decodes: Dict[str, List[Path]] = {}
+    for item in args.recogs:
+        name, sep, path = item.rpartition("=")  # a name may hold "=", a path seldom
+        if not sep or not name or not Path(path).is_file():
+            parser.error(f"--recogs expects NAME=FILE with an existing file, got {item!r}")
+        decodes.setdefault(name, []).append(Path(path))
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
+    cuts = CutSet.from_cuts(cut for path in args.cuts for cut in load_cuts_lazy(path, "--cuts"))
+    bins = cut_bins(load_ctc_checkpoint(args.checkpoint).eval(), cuts, load_tokenizer(args.lang_dir),
+                    args.chunk_seconds, args.edges)
+    counts = {}
+    for name, paths in decodes.items():
+        counts[name] = Counter()
+        for path in paths:
+            counts[name].update(count_by_bin(read_recogs(path), bins))
+    words = {name: {row: c[row, "words"] for row in bin_order(args.edges)} for name, c in counts.items()}
+    if len({tuple(w.values()) for w in words.values()}) > 1:
+        raise SystemExit(f"ERROR: the decodes do not cover the same reference words: {words}")
+    table = format_table(counts, args.edges)
+    print(table, end="")
+    if args.output:
+        write_text_atomically(args.output, table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""local.chunk_boundary_errors: word spans from a path built into the log-probabilities,
+distances and rows worked out by hand, errors that add up to kaldialign's edit distance."""
+
+import pytest
+import torch
+
+from local.chunk_boundary_errors import (CUT, ONE_CHUNK, bin_order, boundary_distance, count_by_bin, distance_bin,
+                                         main, word_spans)
+
+
+def test_word_spans_follow_the_best_path():
+    path = [0, 1, 1, 0, 2, 0, 0, 3, 0, 0]
+    log_probs = torch.full((10, 4), -10.0)
+    log_probs[torch.arange(10), torch.tensor(path)] = 0.0
+    spans = word_spans(log_probs.log_softmax(-1), [[1, 2], [3]], blank_id=0, seconds_per_frame=0.04)
+    assert spans == [pytest.approx((0.04, 0.20)), pytest.approx((0.28, 0.32))]
+
+
+def test_distances_to_the_nearest_boundary():
+    assert boundary_distance((1.5, 1.7), duration=3.0, chunk_seconds=2.0) == pytest.approx(0.3)
+    assert boundary_distance((1.9, 2.1), duration=3.0, chunk_seconds=2.0) == 0.0
+    assert boundary_distance((3.2, 3.5), duration=5.0, chunk_seconds=2.0) == pytest.approx(0.5)  # from 4 s
+    assert boundary_distance((0.1, 0.5), duration=2.0, chunk_seconds=2.0) is None  # one chunk: no boundary
+    assert boundary_distance((0.1, 0.5), duration=1.2, chunk_seconds=2.0) is None
+
+
+def test_rows():
+    edges = [0.25, 0.5]
+    assert [distance_bin(d, edges) for d in (0.0, 0.2, 0.25, 0.49, 0.5, 3.0, None)] == \
+        [CUT, "< 0.25 s", "0.25-0.5 s", "0.25-0.5 s", ">= 0.5 s", ">= 0.5 s", ONE_CHUNK]
+    assert bin_order(edges) == [CUT, "< 0.25 s", "0.25-0.5 s", ">= 0.5 s", ONE_CHUNK]
+
+
+def test_errors_belong_to_their_words_and_insertions_to_the_word_before():
+    bins = {"u1": ["near", "far", "far"], "u2": ["one"]}
+    results = {"u1": (["a", "b", "c"], ["x", "b", "y", "c"]),  # a substituted, y inserted after b
+               "u2": (["d"], ["e", "d"])}  # an insertion before the first word
+    counts = count_by_bin(results, bins)
+    assert counts == {("near", "words"): 1, ("near", "errors"): 1, ("far", "words"): 2, ("far", "errors"): 1,
+                      ("one", "words"): 1, ("one", "errors"): 1}
+    with pytest.raises(KeyError, match="u3"):
+        count_by_bin({"u3": (["a"], ["a"])}, bins)
+    with pytest.raises(ValueError, match="u2"):
+        count_by_bin({"u2": (["a", "b"], ["a"])}, bins)
+
+
+def test_the_table_counts_every_word_once(small_training_corpus, tmp_path, capsys):
+    import kaldialign
+
+    from asr.scoring import format_recogs
+    from asr.tokenizer import load_tokenizer
+    from zipformer.model import CTCModel
+    from zipformer.presets import get_preset
+
+    tokenizer = load_tokenizer(small_training_corpus["lang"])
+    torch.manual_seed(3)
+    model = CTCModel(get_preset("tiny", vocab_size=tokenizer.vocab_size)).eval()
+    checkpoint = tmp_path / "epoch-1.pt"
+    torch.save({"config": {"model": model.config.to_dict()}, "model": model.state_dict()}, checkpoint)
+    references = {"utt-a": "HELLO WORLD", "utt-b": "PRUNED CTC", "utt-c": "A SMALL TEST",
+                  "utt-d": "QUICK BROWN FOX", "utt-e": "JUMPS OVER", "utt-f": "THE LAZY DOG"}
+    decodes = {"good": {cut: text for cut, text in references.items()},
+               "bad": {**references, "utt-c": "A TEST TEST EXTRA", "utt-f": "LAZY"}}
+    arguments = [str(checkpoint), "--cuts", str(small_training_corpus["train"]), "--lang-dir",
+                 str(small_training_corpus["lang"]), "--chunk-seconds", "0.5", "--output", str(tmp_path / "t.md")]
+    for name, hypotheses in decodes.items():
+        rows = [(cut, references[cut].split(), hypothesis.split()) for cut, hypothesis in hypotheses.items()]
+        (tmp_path / f"{name}.txt").write_text(format_recogs(rows))
+        arguments += ["--recogs", f"{name}={tmp_path / f'{name}.txt'}"]
+    main(arguments)
+    table = capsys.readouterr().out
+    assert table == (tmp_path / "t.md").read_text()
+    last = table.strip().splitlines()[-1].split(" | ")
+    bad_errors = sum(kaldialign.edit_distance(references[c].split(), h.split())["total"]
+                     for c, h in decodes["bad"].items())
+    assert last == ["| all", "15", "0", f"{bad_errors} |"]
+    rows = [line.split(" | ") for line in table.strip().splitlines()[2:-1]]
+    assert sum(int(row[1]) for row in rows) == 15
+    with pytest.raises(SystemExit):
+        main(arguments[:6] + ["--recogs", "nofile"])
