@@ -3,21 +3,26 @@ time by a CTC forced alignment (``asr.alignment``) through an offline Zipformer 
 utterances, and every decode's errors counted by the word's distance from the nearest
 2 s chunk boundary (paper Sec. 4.3: streaming encodes chunk b without the audio after
 it, so a word that a boundary cuts is encoded in two windows, the first without its
-end)::
+end). egs/mini's stage 11 runs it on its three models::
 
-    python -m local.chunk_boundary_errors exp/full_pruned_ctc/decoding.pt \\
-        --cuts data/full/fbank/librispeech_cuts_dev-clean.jsonl.gz \\
-               data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
-        --lang-dir data/full/lang_bpe_500 \\
-        --recogs "streaming=exp/full_llm_ctc_streaming_sentences/recogs-dev-clean-<setting>.txt" \\
-        --recogs "streaming=exp/full_llm_ctc_streaming_sentences/recogs-test-clean-<setting>.txt" \\
-        --recogs "offline=exp/full_llm_ctc_query_offline/recogs-dev-clean-<setting>.txt" ...
+    python -m local.chunk_boundary_errors exp/full_pruned_ctc/decoding.pt \
+        --cuts data/full/fbank/librispeech_cuts_dev-clean.jsonl.gz \
+               data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \
+        --lang-dir data/full/lang_bpe_500 --sets dev-clean test-clean \
+        --decode "streaming, h = 2 s=exp/full_llm_ctc_streaming_sentences:2" \
+        --decode "offline query readout=exp/full_llm_ctc_query_offline"
 
-A ``--recogs`` name given more than once pools its files. A word's span runs from the
-first to the last frame of its tokens in the alignment (40 ms frames); a boundary inside
-the span puts the word in the first row (a word that the boundary cuts). Substitutions and deletions belong to their
-reference word, an insertion to the reference word before it (the first word when it
-comes first). Sentences no longer than one chunk have no boundary: their own row.
+``--decode NAME=FOLDER`` reads the recogs files of ``asr.decode``'s best offline setting
+of ``--search`` (prefix beam by default) in the newest results of each of ``--sets``, as
+``llm_ctc.streaming.table`` picks its rows; ``NAME=FOLDER:H`` the best setting at history
+H s. ``--recogs NAME=FILE`` names one recogs file instead; a name given more than once
+pools its files (seeds, sets).
+
+A word's span runs from the first to the last frame of its tokens in the alignment (40 ms
+frames); a boundary inside the span puts the word in the first row (a word the boundary
+cuts). Substitutions and deletions belong to their reference word, an insertion to the
+reference word before it (the first word when it comes first). Sentences no longer than
+one chunk have no boundary: their own row.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from asr.atomic_io import write_text_atomically
 from asr.data import load_cuts_lazy
 from asr.scoring import ERROR_SYMBOL, read_recogs
 from asr.tokenizer import load_tokenizer
+from llm_ctc.streaming.table import SEARCHES, best_setting, newest_suffix
 from local.chunked_encoder_wer import whole_log_probs
 from zipformer.model import load_ctc_checkpoint
 from zipformer.windows import FRAMES_PER_OUTPUT
@@ -129,6 +135,23 @@ def format_table(counts: Dict[str, Counter], edges: Sequence[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decode_recogs(folder: Path, sets: Sequence[str], history: Optional[int] = None,
+                  search: str = "beam") -> List[Path]:
+    """The recogs file of the best ``search`` setting (offline, or of history ``history``)
+    in the newest results of each test set in ``folder``."""
+    from asr.scoring import read_wer_summary
+
+    paths = []
+    for test_set in sets:
+        suffix = newest_suffix(folder, test_set)
+        setting = best_setting(read_wer_summary(folder, test_set, suffix), history, search)
+        path = folder / f"recogs-{test_set}-{setting}-{suffix}.txt"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} does not exist (its wer-summary names the setting)")
+        paths.append(path)
+    return paths
+
+
 def cut_bins(model, cuts: CutSet, tokenizer, chunk_seconds: float, edges: Sequence[float],
              batch_size: int = 8) -> Dict[str, List[str]]:
     """cut id -> the row of each reference word (by ``tokenizer.normalize_reference``)."""
@@ -156,8 +179,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("checkpoint", type=Path, help="an offline Zipformer checkpoint written by asr.train")
     parser.add_argument("--cuts", nargs="+", required=True, help="the test cuts (stored features)")
     parser.add_argument("--lang-dir", type=Path, required=True, help="the Zipformer's lexicon folder")
-    parser.add_argument("--recogs", action="append", required=True, metavar="NAME=FILE",
+    parser.add_argument("--recogs", action="append", default=[], metavar="NAME=FILE",
                         help="a decode's recogs- file; a NAME given more than once pools its files")
+    parser.add_argument("--decode", action="append", default=[], metavar="NAME=FOLDER[:H]",
+                        help="an asr.decode folder: its best --search setting per --sets (at history H s)")
+    parser.add_argument("--sets", nargs="+", default=[], help="the test sets of --decode, e.g. dev-clean test-clean")
+    parser.add_argument("--search", choices=sorted(SEARCHES), default="beam", help="the search of --decode's settings")
     parser.add_argument("--chunk-seconds", type=float, default=2.0)
     parser.add_argument("--edges", type=float, nargs="+", default=[0.25, 0.5], help="row edges in seconds")
     parser.add_argument("--output", type=Path, help="also write the table here (markdown)")
@@ -171,6 +198,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if not sep or not name or not Path(path).is_file():
             parser.error(f"--recogs expects NAME=FILE with an existing file, got {item!r}")
         decodes.setdefault(name, []).append(Path(path))
+    if args.decode and not args.sets:
+        parser.error("--decode needs --sets")
+    if not args.recogs and not args.decode:
+        parser.error("give --recogs NAME=FILE or --decode NAME=FOLDER")
+    for item in args.decode:
+        name, sep, folder = item.rpartition("=")
+        folder, colon, history = folder.rpartition(":") if folder.rpartition(":")[2].isdigit() else (folder, "", "")
+        if not sep or not name or not Path(folder).is_dir():
+            parser.error(f"--decode expects NAME=FOLDER or NAME=FOLDER:H with an existing folder, got {item!r}")
+        try:
+            found = decode_recogs(Path(folder), args.sets, int(history) if colon else None, args.search)
+        except (FileNotFoundError, ValueError) as error:
+            raise SystemExit(f"ERROR: --decode {item!r}: {error}") from None
+        decodes.setdefault(name, []).extend(found)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     cuts = CutSet.from_cuts(cut for path in args.cuts for cut in load_cuts_lazy(path, "--cuts"))
     bins = cut_bins(load_ctc_checkpoint(args.checkpoint).eval(), cuts, load_tokenizer(args.lang_dir),

@@ -21,7 +21,8 @@
 # fine-tuned on 2 s chunk windows: train both, decode dev-clean and test-clean at h = 2, 4,
 # 8 s, per-chunk latency over 60 s, and the test sentences joined into 30-60 s recordings
 # decoded chunk by chunk at h = 2 s; 11 the same LLM step on single sentences offline with
-# each readout and streaming, and the paper's Tables 9 and 5 of those models and stage 10's.
+# each readout and streaming, the paper's Tables 9 and 5 of those models and stage 10's,
+# and their errors by distance from a chunk boundary.
 # Everything is written under this folder (download/, data/, exp/); every stage skips
 # the work it finds finished, so a rerun (or a run after a kill) continues where the
 # last one stopped.
@@ -277,7 +278,11 @@ fi
 # offline twin is trained on, as the paper's streaming model is). Each decodes dev-clean
 # and test-clean as stage 10 does (the streaming one chunk by chunk at h = 2, 4, 8 s);
 # then the two tables are printed (python -m llm_ctc.streaming.table, prefix beam search,
-# Table 5 with stage 10's model too) and written to exp/<tag>_tables_9_and_5.md.
+# Table 5 with stage 10's model too) and written to exp/<tag>_tables_9_and_5.md, and the
+# three models' errors by each word's distance from a 2 s chunk boundary (python -m
+# local.chunk_boundary_errors, the words placed by a forced alignment through stage 4's
+# Zipformer; exp/<tag>_chunk_boundary_errors.md): where streaming loses (RESULTS.md,
+# "Where streaming's extra errors are").
 streaming_exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
 offline_exp_dir() { echo "exp/${tag}_$(basename "$llm_config" .yaml)_$1_offline"; }
 sentences_exp_dir=${streaming_exp_dir}_sentences
@@ -287,6 +292,7 @@ fi
 if run_stage 11 "the offline speech and query readouts and the single-sentence streaming model of stage 10's LLM step, and Tables 9 and 5 with $streaming_exp_dir"; then
   [ -f "$streaming_encoder_weights" ] || die "stage 11 needs stage 10's $streaming_encoder_weights (run --stage 10 first)"
   [ -f "$offline_llm_weights" ] || die "stage 11 starts from stage 8's LLM-CTC in $offline_llm_weights (run --stage 10 first)"
+  [ -f "$encoder_weights" ] || die "stage 11 places the test words with stage 7's $encoder_weights (run --stage 7 first)"
   user_decode_args=$decode_args
   for model in speech query streaming; do
     if [ "$model" = streaming ]; then
@@ -310,4 +316,13 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
   mv "$table.tmp" "$table"
   log "Tables 9 and 5 (prefix beam search, WER %), also in $table:"
   cat "$table"
+  boundaries=exp/${tag}_chunk_boundary_errors.md
+  python -m local.chunk_boundary_errors "$encoder_weights" --lang-dir "$lang_dir" \
+    --cuts "$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" \
+    --sets dev-clean test-clean --decode "streaming, h = 2 s=$sentences_exp_dir:2" \
+    --decode "offline query readout=$(offline_exp_dir query)" --decode "offline speech readout=$(offline_exp_dir speech)" \
+    > "$boundaries.tmp"
+  mv "$boundaries.tmp" "$boundaries"
+  log "errors by distance from a chunk boundary (prefix beam search; dev-clean and test-clean), also in $boundaries:"
+  cat "$boundaries"
 fi

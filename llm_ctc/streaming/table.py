@@ -39,16 +39,36 @@ SEARCHES = {"best": None, "beam": "prefix-beam-search", "greedy": "greedy-search
 WEIGHTS_SUFFIX = re.compile(r"^(epoch|iter)-\d+_avg-\d+")
 
 
-def newest_summary(exp_dir: Path, test_set: str) -> Dict[str, float]:
-    """setting -> WER of the newest wer-summary file of ``test_set`` in ``exp_dir`` (not
-    of a set whose name extends it: test-clean-long is not test-clean)."""
+def newest_suffix(exp_dir: Path, test_set: str) -> str:
+    """The weights' suffix of the newest wer-summary file of ``test_set`` in ``exp_dir``
+    (not of a set whose name extends it: test-clean-long is not test-clean)."""
     paths = sorted((path for path in exp_dir.glob(f"wer-summary-{test_set}-*.txt")
                     if WEIGHTS_SUFFIX.match(path.name[len(f"wer-summary-{test_set}-"):])),
                    key=lambda path: path.stat().st_mtime)
     if not paths:
         raise FileNotFoundError(f"no wer-summary-{test_set}-*.txt in {exp_dir}: decode it first")
-    suffix = paths[-1].name[len(f"wer-summary-{test_set}-"):-len(".txt")]
-    return read_wer_summary(exp_dir, test_set, suffix)
+    return paths[-1].name[len(f"wer-summary-{test_set}-"):-len(".txt")]
+
+
+def newest_summary(exp_dir: Path, test_set: str) -> Dict[str, float]:
+    """setting -> WER of the newest wer-summary file of ``test_set`` in ``exp_dir``."""
+    return read_wer_summary(exp_dir, test_set, newest_suffix(exp_dir, test_set))
+
+
+def best_setting(rates: Dict[str, float], history: Optional[int] = None, search: str = "best",
+                 blank_penalty: float = 0.0) -> str:
+    """The usable setting of lowest rate: an offline one, or one of history ``history``."""
+    def of_history(key: str) -> Optional[int]:
+        match = HISTORY.match(key)
+        return int(match.group("h")) if match else None
+
+    found = [(rate, key) for key, rate in rates.items() if usable(key, search, blank_penalty)
+             and of_history(key) == history]
+    if not found:
+        what = "offline" if history is None else f"history-{history}s"
+        raise ValueError(f"no {what} setting of search {search!r} and blank penalty {blank_penalty:g}; "
+                         f"found {sorted(rates)}")
+    return min(found)[1]
 
 
 def usable(key: str, search: str = "best", blank_penalty: float = 0.0) -> bool:

@@ -297,7 +297,7 @@ MINI_STAGE_10_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python: every program of stages 10 and 11 recorded, not run.
 case "$*" in
   *torch.cuda.device_count*) echo 0; exit 0 ;;
-  "-m "*) echo "$*" >> "{record}"; exit 0 ;;
+  "-m "*) printf '%q ' "$@" >> "{record}"; echo >> "{record}"; exit 0 ;;  # quoted, as shlex reads it
 esac
 exec "{real}" "$@"
 """
@@ -381,14 +381,15 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     test-clean (the streaming one chunk by chunk), then the tables of these and stage 10's."""
     recipe = recipe_copy("mini")
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
-                                                               "exp/full_llm_ctc/decoding.pt"))
+                                                               "exp/full_llm_ctc/decoding.pt",
+                                                               "exp/full_pruned_ctc/decoding.pt"))
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     launches = [shlex.split(line) for line in record.read_text().splitlines()]
-    kinds = [next(m for m in ("asr.train", "asr.decode", "llm_ctc.streaming.table") if m in command)
-             for command in launches]
-    assert kinds == ["asr.train", "asr.decode"] * 3 + ["llm_ctc.streaming.table"]
+    programs = ("asr.train", "asr.decode", "llm_ctc.streaming.table", "local.chunk_boundary_errors")
+    kinds = [next(m for m in programs if m in command) for command in launches]
+    assert kinds == ["asr.train", "asr.decode"] * 3 + ["llm_ctc.streaming.table", "local.chunk_boundary_errors"]
     trainings = [command for command in launches if "asr.train" in command]
     streaming = ("model.streaming=true", "model.streaming_chunk_seconds=2", "model.streaming_max_history=8",
                  "model.streaming_position_offset_chunks=30")
@@ -418,11 +419,30 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
                          "--streaming", "exp/full_llm_ctc_streaming", "--sets", "dev-clean", "test-clean",
                          "--search", "beam"]
     assert (recipe / "exp/full_tables_9_and_5.md").is_file()
+    # Then the three models' errors by distance from a chunk boundary, the words placed by
+    # stage 4's Zipformer.
+    boundaries = launches[-1]
+    assert boundaries[:3] == ["-m", "local.chunk_boundary_errors", "exp/full_pruned_ctc/decoding.pt"]
+    fbank = "data/full/fbank/librispeech_cuts_"
+    assert boundaries[3:] == ["--lang-dir", "data/full/lang_bpe_500", "--cuts", f"{fbank}dev-clean.jsonl.gz",
+                              f"{fbank}test-clean.jsonl.gz", "--sets", "dev-clean", "test-clean",
+                              "--decode", "streaming, h = 2 s=exp/full_llm_ctc_streaming_sentences:2",
+                              "--decode", "offline query readout=exp/full_llm_ctc_query_offline",
+                              "--decode", "offline speech readout=exp/full_llm_ctc_speech_offline"]
+    assert (recipe / "exp/full_chunk_boundary_errors.md").is_file()
     # Without stage 10's encoder the stage says which stage to run first.
     (recipe / "exp/full_pruned_ctc_streaming/decoding.pt").unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "run --stage 10 first" in result.stdout + result.stderr
+    # Nor without stage 7's Zipformer, which places the words: before any training.
+    (recipe / "exp/full_pruned_ctc_streaming/decoding.pt").write_bytes(b"")
+    (recipe / "exp/full_pruned_ctc/decoding.pt").unlink()
+    record.unlink()
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "run --stage 7 first" in result.stdout + result.stderr
+    assert not record.exists()
 
 
 @pytest.mark.parametrize("options, message", [

@@ -86,3 +86,18 @@ def test_several_streaming_models_each_give_their_rows_named_by_their_folder(tmp
     with pytest.raises(SystemExit, match="the streaming: full_offline_only results hold no _history"):
         table(["--offline", str(offline), "--streaming", str(sentences), "--streaming",
                str(tmp_path / "full_offline_only"), "--sets", "test"])
+
+
+def test_best_setting_is_the_lowest_usable_one_of_its_history():
+    from llm_ctc.streaming.table import best_setting
+
+    rates = {"ctc-prefix-beam-search_beam-4": 2.0, "ctc-prefix-beam-search_beam-4_blank-penalty-0.5": 1.0,
+             "ctc-greedy-search": 1.5, "ctc-streaming-prefix-beam-search_beam-4_history-2s": 3.0,
+             "ctc-streaming-greedy-search_history-2s": 2.5, "ctc-streaming-prefix-beam-search_beam-4_history-8s": 0.5}
+    assert best_setting(rates, search="beam") == "ctc-prefix-beam-search_beam-4"
+    assert best_setting(rates, search="best") == "ctc-greedy-search"
+    assert best_setting(rates, search="beam", blank_penalty=0.5) == "ctc-prefix-beam-search_beam-4_blank-penalty-0.5"
+    assert best_setting(rates, history=2) == "ctc-streaming-greedy-search_history-2s"
+    assert best_setting(rates, history=2, search="beam") == "ctc-streaming-prefix-beam-search_beam-4_history-2s"
+    with pytest.raises(ValueError, match="history-4s"):
+        best_setting(rates, history=4)

@@ -78,3 +78,24 @@ def test_the_table_counts_every_word_once(small_training_corpus, tmp_path, capsy
     assert sum(int(row[1]) for row in rows) == 15
     with pytest.raises(SystemExit):
         main(arguments[:6] + ["--recogs", "nofile"])
+
+
+def test_decode_folders_give_the_recogs_of_their_best_setting(tmp_path):
+    from asr.scoring import save_results
+    from local.chunk_boundary_errors import decode_recogs
+
+    results = {"a": [("u1", ["x", "y"], ["x", "y"])], "b": [("u1", ["x", "y"], ["x"])]}
+    keys = {"ctc-prefix-beam-search_beam-4": results["b"], "ctc-prefix-beam-search_beam-8": results["a"],
+            "ctc-greedy-search": results["a"],
+            "ctc-streaming-prefix-beam-search_beam-4_history-2s": results["b"],
+            "ctc-streaming-prefix-beam-search_beam-4_history-8s": results["a"]}
+    for test_set in ("dev", "test"):
+        save_results(tmp_path, test_set, keys, suffix="iter-10_avg-1")
+    assert decode_recogs(tmp_path, ["dev", "test"]) == [
+        tmp_path / f"recogs-{s}-ctc-prefix-beam-search_beam-8-iter-10_avg-1.txt" for s in ("dev", "test")]
+    assert decode_recogs(tmp_path, ["dev"], history=2) == [
+        tmp_path / "recogs-dev-ctc-streaming-prefix-beam-search_beam-4_history-2s-iter-10_avg-1.txt"]
+    with pytest.raises(ValueError, match="history-4s"):
+        decode_recogs(tmp_path, ["dev"], history=4)
+    with pytest.raises(FileNotFoundError, match="decode it first"):
+        decode_recogs(tmp_path, ["valid"])
