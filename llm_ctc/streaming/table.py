@@ -88,11 +88,10 @@ def best_rate(rates: Dict[str, float], what: str, key: Optional[str] = None, sea
         if key not in rates:
             raise KeyError(f"--offline-key {key!r} not decoded for {what}; found {sorted(rates)}")
         return rates[key]
-    found = [rate for name, rate in rates.items() if not HISTORY.match(name) and usable(name, search, blank_penalty)]
-    if not found:
-        raise ValueError(f"{what}: no offline setting of search {search!r} and blank penalty {blank_penalty:g}; "
-                         f"found {sorted(rates)}")
-    return min(found)
+    try:
+        return rates[best_setting(rates, None, search, blank_penalty)]
+    except ValueError as error:
+        raise ValueError(f"{what}: {error}") from None
 
 
 def relative(rate: float, base: float) -> str:
