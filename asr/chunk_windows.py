@@ -4,7 +4,9 @@ shared by every family that streams.
 An utterance's features (100 frames per second) are cut into chunks of ``chunk_seconds``;
 for chunk b the encoder reads one window: the h seconds of features before the chunk
 (fewer at the start) and the chunk itself, never later audio, and only the chunk's
-outputs are kept. Training draws one h per update (App. D.4: ``max_history`` seconds
+outputs are kept. A lookahead of L frames (not in the paper, default 0; :mod:`asr.lookahead`)
+also gives the window the first L frames of the next chunk, as right context of the
+chunk's last frames: the chunk's output then waits for L more frames of audio. Training draws one h per update (App. D.4: ``max_history`` seconds
 with probability 1/2, each shorter whole second equally often) as a function of a seed
 and the update number, so a resumed run draws the same h for the same update.
 
@@ -33,16 +35,22 @@ def feature_chunk_frames(num_frames: int, chunk_seconds: int = 2) -> List[int]:
     return [min(per_chunk, num_frames - start) for start in range(0, num_frames, per_chunk)]
 
 
-def chunk_windows(features: Tensor, chunk_seconds: int, history_seconds: int) -> List[Tuple[Tensor, Tensor]]:
-    """(history features, chunk features) per chunk of one utterance's (T, F) features:
-    the history is the ``history_seconds`` before the chunk's start (fewer at the start)."""
+def chunk_windows(features: Tensor, chunk_seconds: int, history_seconds: int,
+                  lookahead_frames: int = 0) -> List[Tuple[Tensor, Tensor, Tensor]]:
+    """(history, chunk, lookahead features) per chunk of one utterance's (T, F) features:
+    the history is the ``history_seconds`` before the chunk's start (fewer at the start),
+    the lookahead the ``lookahead_frames`` after its end (fewer or none at the end)."""
     if history_seconds < 0:
         raise ValueError(f"history_seconds must be >= 0, got {history_seconds}")
     full, keep = chunk_seconds * FRAMES_PER_SECOND, history_seconds * FRAMES_PER_SECOND
+    if not 0 <= lookahead_frames <= full:
+        raise ValueError(f"lookahead_frames must be between 0 and the {full} frames of a chunk, got {lookahead_frames}")
     windows = []
     for b, frames in enumerate(feature_chunk_frames(features.shape[0], chunk_seconds)):
         start = b * full
-        windows.append((features[max(0, start - keep):start], features[start:start + frames]))
+        end = start + frames
+        windows.append((features[max(0, start - keep):start], features[start:end],
+                        features[end:end + lookahead_frames]))
     return windows
 
 

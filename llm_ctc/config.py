@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from asr.lookahead import lookahead_frames_of
+
 OBJECTIVES = ("ctc", "ce")
 READOUTS = ("query", "speech")
 ENCODER_TYPES = ("zipformer", "qwen3_asr", "spear")
@@ -121,6 +123,10 @@ class LLMASRConfig:
     streaming_chunk_seconds: int = 2
     streaming_max_history: int = 8
     streaming_seed: int = 0
+    # Not in the paper (0 keeps its windows): each chunk's encoder window also reads this
+    # much of the next chunk after the chunk, right context for the chunk's last frames
+    # (the Zipformer encoder only); each chunk's output then waits that much longer.
+    streaming_lookahead_seconds: float = 0.0
     # Training only: shift each utterance's non-prompt rotary positions by k full chunks
     # (k uniform in 0..this, drawn like h), the positions its chunks get deep in a long
     # stream; 0 (App. E as written) trains only the positions of one utterance. An LLM
@@ -178,6 +184,11 @@ class LLMASRConfig:
         for name in ("streaming_chunk_seconds", "streaming_max_history"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name} must be >= 1 (whole seconds), got {getattr(self, name)}")
+        lookahead = lookahead_frames_of(self.streaming_lookahead_seconds, self.streaming_chunk_seconds,
+                                        "model.streaming_lookahead_seconds")
+        if lookahead and self.encoder_type == "qwen3_asr":
+            raise ValueError("model.streaming_lookahead_seconds is for the Zipformer encoder; the Qwen3-ASR "
+                             f"encoder streams without lookahead, got {self.streaming_lookahead_seconds}")
         if self.alignment_beam is not None and not self.alignment_beam > 0:
             raise ValueError(f"model.alignment_beam must be > 0 or None, got {self.alignment_beam}")
 

@@ -32,6 +32,7 @@ from lhotse import CutSet
 from asr.atomic_io import write_text_atomically
 from asr.chunk_features import PerChunkFeatures
 from asr.data import load_cuts_lazy
+from asr.lookahead import lookahead_frames_of
 from asr.scoring import compute_error_stats, format_recogs
 from asr.search import ctc_greedy_search
 from asr.tokenizer import load_tokenizer
@@ -40,10 +41,11 @@ from zipformer.windows import windowed_encode
 
 
 def chunked_log_probs(model, features: torch.Tensor, num_frames: int, history_seconds: int,
-                      chunk_seconds: int) -> torch.Tensor:
-    """(T', V) log-probabilities of one utterance, each chunk's frames from its own window."""
+                      chunk_seconds: int, lookahead_frames: int = 0) -> torch.Tensor:
+    """(T', V) log-probabilities of one utterance, each chunk's frames from its own window
+    (with ``lookahead_frames`` of the next chunk)."""
     encoded, lens = windowed_encode(model.encoder, features[None, :num_frames], torch.tensor([num_frames]),
-                                    history_seconds, chunk_seconds)
+                                    history_seconds, chunk_seconds, lookahead_frames)
     return model.head(encoded[0, :int(lens[0])].float()).log_softmax(dim=-1)
 
 
@@ -56,7 +58,8 @@ def whole_log_probs(model, features: torch.Tensor, lens: torch.Tensor) -> List[t
 
 
 def evaluate(model, cuts: CutSet, tokenizer, histories: Sequence[int], chunk_seconds: int = 2,
-             batch_size: int = 8, results: Optional[Dict[str, list]] = None) -> Dict[str, tuple]:
+             batch_size: int = 8, results: Optional[Dict[str, list]] = None,
+             lookahead_frames: int = 0) -> Dict[str, tuple]:
     """{setting: (WER %, errors, reference words)} for the whole-utterance references and
     each history; ``results``, when given, receives each setting's (cut id, reference,
     hypothesis) rows."""
@@ -79,7 +82,8 @@ def evaluate(model, cuts: CutSet, tokenizer, histories: Sequence[int], chunk_sec
             chunked, chunked_lens = per_chunk(batch, None)
             outputs[settings[1]] = whole_log_probs(model, chunked, chunked_lens)
             for h, name in zip(histories, settings[2:]):
-                outputs[name] = [chunked_log_probs(model, chunked[n], int(chunked_lens[n]), h, chunk_seconds)
+                outputs[name] = [chunked_log_probs(model, chunked[n], int(chunked_lens[n]), h, chunk_seconds,
+                                                   lookahead_frames)
                                  for n in range(len(batch))]
             for name, per_utterance in outputs.items():
                 for cut, reference, log_probs in zip(batch, references, per_utterance):
@@ -108,6 +112,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--lang-dir", type=Path, required=True, help="the Zipformer's lexicon folder")
     parser.add_argument("--history", type=int, nargs="+", default=[2, 4, 8], help="h in seconds")
     parser.add_argument("--chunk-seconds", type=int, default=2)
+    parser.add_argument("--lookahead-seconds", type=float, default=None,
+                        help="each window also reads this much of the next chunk (asr.lookahead; "
+                             "default: the model's model.streaming_lookahead_seconds, 0 for a whole-utterance model)")
     parser.add_argument("--output", type=Path, help="also write the table here (TSV)")
     parser.add_argument("--recogs-dir", type=Path,
                         help="also write each setting's hypotheses here, as icefall recogs- files "
@@ -117,8 +124,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--history must be >= 0 and --chunk-seconds >= 1, got {args.history} and {args.chunk_seconds}")
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     rows: Dict[str, list] = {}
-    table = evaluate(load_ctc_checkpoint(args.checkpoint).eval(), load_cuts_lazy(args.cuts, "cuts"),
-                     load_tokenizer(args.lang_dir), args.history, args.chunk_seconds, results=rows)
+    model = load_ctc_checkpoint(args.checkpoint).eval()
+    seconds = model.config.streaming_lookahead_seconds if args.lookahead_seconds is None else args.lookahead_seconds
+    try:
+        lookahead = lookahead_frames_of(seconds, args.chunk_seconds, "--lookahead-seconds")
+    except ValueError as error:
+        parser.error(str(error))
+    table = evaluate(model, load_cuts_lazy(args.cuts, "cuts"), load_tokenizer(args.lang_dir), args.history,
+                     args.chunk_seconds, results=rows, lookahead_frames=lookahead)
     if args.recogs_dir:
         args.recogs_dir.mkdir(parents=True, exist_ok=True)
         for name, results in rows.items():

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from asr.chunk_windows import history_for_step
+from asr.lookahead import lookahead_frames_of
 from asr.family import Recognizer
 from zipformer.encoder import ZipformerEncoder, encoder_output_lengths
 from zipformer.presets import ZipformerConfig
@@ -79,12 +80,17 @@ class CTCModel(Recognizer):
             return self.config.streaming_max_history
         return history_for_step(self.config.streaming_seed, self.update, self.config.streaming_max_history)
 
+    def lookahead_frames(self) -> int:
+        """A streaming model's lookahead into the next chunk, in feature frames."""
+        return lookahead_frames_of(self.config.streaming_lookahead_seconds, self.config.streaming_chunk_seconds)
+
     def encode(self, features: Tensor, feature_lens: Tensor) -> Tuple[Tensor, Tensor]:
         """Encoder output in FP32 (N, T', D) and its lengths (N,): of whole utterances, or
         of chunk windows for a streaming model."""
         if self.config.streaming:
             encoder_out, encoder_out_lens = windowed_encode(self.encoder, features, feature_lens,
-                                                            self.history_seconds(), self.config.streaming_chunk_seconds)
+                                                            self.history_seconds(), self.config.streaming_chunk_seconds,
+                                                            self.lookahead_frames())
         else:
             encoder_out, encoder_out_lens = self.encoder(features, feature_lens)
         return encoder_out.float(), encoder_out_lens

@@ -20,6 +20,8 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple, Union
 
+from asr.lookahead import lookahead_frames_of
+
 PER_STACK_FIELDS = (
     "num_encoder_layers", "downsampling_factor", "feedforward_dim", "num_heads",
     "encoder_dim", "encoder_unmasked_dim", "cnn_module_kernel",
@@ -75,10 +77,14 @@ class ZipformerConfig:
     # equally often, from ``streaming_seed`` and the update number); validation and
     # decoding use h = ``streaming_max_history``, what a chunk-by-chunk decoder computes.
     # The features are computed per chunk (data.feature_chunk_seconds follows).
+    # ``streaming_lookahead_seconds`` (not in the paper; 0 keeps its windows) also gives
+    # each window that much of the next chunk after the chunk, as right context of its
+    # last frames; each chunk's output then waits that much longer.
     streaming: bool = False
     streaming_chunk_seconds: int = 2
     streaming_max_history: int = 8
     streaming_seed: int = 0
+    streaming_lookahead_seconds: float = 0.0
     # Fine-tuning only the encoder's top stacks: ``trained_stacks`` > 0 trains the last that
     # many stacks, the output downsampling and the head; the front end and the stacks below
     # keep their weights, run in evaluation mode and build no autograd graph, so the
@@ -144,6 +150,8 @@ class ZipformerConfig:
             raise ValueError("streaming_chunk_seconds and streaming_max_history must be >= 1, streaming_seed >= 0, "
                              f"got {self.streaming_chunk_seconds}, {self.streaming_max_history} and "
                              f"{self.streaming_seed}")
+        lookahead_frames_of(self.streaming_lookahead_seconds, self.streaming_chunk_seconds,
+                            "streaming_lookahead_seconds")
         if not 0 <= self.trained_stacks <= self.num_stacks:
             raise ValueError(f"trained_stacks must be between 0 (all) and the {self.num_stacks} stacks, "
                              f"got {self.trained_stacks}")

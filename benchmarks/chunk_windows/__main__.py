@@ -42,7 +42,7 @@ def batch_windows(kind: str, max_duration: float, history: int, generator: rando
             break
         total += seconds
         features = torch.randn(int(seconds * FRAMES_PER_SECOND), 80)
-        windows += [window_input(past, chunk)[0] for past, chunk in chunk_windows(features, 2, history)]
+        windows += [window_input(past, chunk)[0] for past, chunk, _ in chunk_windows(features, 2, history)]
     return windows
 
 

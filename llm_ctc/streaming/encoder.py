@@ -1,6 +1,7 @@
 """The encoder side of streaming LLM-CTC (Sec. 4.3): for chunk b the frozen encoder sees
-the preceding h seconds with the chunk (never later audio) and only the current chunk's
-outputs go on to the projector. The windows of all chunks run as independent sequences,
+the preceding h seconds with the chunk (never later audio; with
+``model.streaming_lookahead_seconds``, not in the paper, also that much of the next
+chunk) and only the current chunk's outputs go on to the projector. The windows of all chunks run as independent sequences,
 batched by length (App. D.4: at most 10 s of encoder input per chunk with h = 8 s).
 
 Which encoder frames belong to the chunk, for a window of H history frames and the
@@ -17,13 +18,14 @@ giving the :func:`streaming_grid`'s T_b embeddings.
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from asr.chunk_windows import chunk_windows as feature_windows
 from asr.chunk_windows import encode_windows, feature_chunk_frames
+from asr.lookahead import lookahead_frames_of
 from llm_ctc.streaming.layout import FrameRateGrid, Qwen3ASRGrid, TimeGrid, UtteranceLayout, utterance_layout
 from zipformer import windows as zipformer_windows
 
@@ -46,17 +48,28 @@ def chunk_output_range(encoder_type: str, history_frames: int, chunk_frames: int
 
 
 def chunk_windows(features: Tensor, history_seconds: int, encoder_type: str,
-                  chunk_seconds: int = 2) -> List[Tuple[Tensor, int]]:
+                  chunk_seconds: int = 2, lookahead_frames: int = 0) -> List[Tuple[Tensor, int]]:
     """(window features, history frames) per chunk of one utterance's (T, F) features."""
-    return [make_window(history, chunk, encoder_type)
-            for history, chunk in feature_windows(features, chunk_seconds, history_seconds)]
+    return [make_window(history, chunk, encoder_type, lookahead)
+            for history, chunk, lookahead in feature_windows(features, chunk_seconds, history_seconds,
+                                                             lookahead_frames)]
 
 
-def make_window(history: Tensor, chunk: Tensor, encoder_type: str) -> Tuple[Tensor, int]:
-    """(encoder input, history frames) from the history's and the chunk's features."""
+def make_window(history: Tensor, chunk: Tensor, encoder_type: str,
+                lookahead: Optional[Tensor] = None) -> Tuple[Tensor, int]:
+    """(encoder input, history frames) from the history's, the chunk's and the lookahead's
+    features (the lookahead: the Zipformer only)."""
     if encoder_type != "qwen3_asr":
-        return zipformer_windows.window_input(history, chunk)
+        return zipformer_windows.window_input(history, chunk, lookahead)
+    if lookahead is not None and lookahead.shape[0]:
+        raise ValueError("the Qwen3-ASR encoder streams without lookahead")
     return torch.cat([history, chunk]), history.shape[0]
+
+
+def lookahead_frames(config) -> int:
+    """The model's lookahead into the next chunk, in feature frames."""
+    return lookahead_frames_of(config.streaming_lookahead_seconds, config.streaming_chunk_seconds,
+                               "model.streaming_lookahead_seconds")
 
 
 def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, history_seconds: int,
@@ -70,7 +83,7 @@ def streaming_speech_embeddings(model, features: Tensor, feature_lens: Tensor, h
         frames = feature_chunk_frames(int(feature_lens[n]), chunk_seconds)
         layouts.append(utterance_layout(prompt_len, frames, grid, chunk_seconds))
         windows += chunk_windows(features[n, :int(feature_lens[n])], history_seconds, config.encoder_type,
-                                 chunk_seconds)
+                                 chunk_seconds, lookahead_frames(config))
     all_frames = [f for layout in layouts for f in layout.chunk_frames]
     embeddings = chunk_embeddings(model, windows, all_frames)
     dim = embeddings[0].shape[-1]

@@ -7,20 +7,25 @@ full-head log-probabilities, and one step of the streaming CTC search whose pref
 persist across chunks. Audio is cut into chunks and each chunk's features are computed
 from that chunk's samples only (:class:`asr.chunk_features.ChunkFbank` with the encoder's
 number of mel bins: the frontend and chunking that training uses with
-``data.feature_chunk_seconds``, App. D.4). Each utterance has its own feature history,
-KV cache and search state: :meth:`StreamingRecognizer.reset` between utterances.
+``data.feature_chunk_seconds``, App. D.4). With a lookahead of L frames
+(``model.streaming_lookahead_seconds``, not in the paper) a completed chunk waits for the
+first L frames of the next one: from audio, for the next chunk's first L * 160 + 120
+samples, enough for its first L frames' 25 ms windows, which are then the frames its
+whole-chunk fbank gives. Each utterance has its own feature history, KV cache and search
+state: :meth:`StreamingRecognizer.reset` between utterances.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import torch
 from torch import Tensor
 
-from asr.chunk_features import ChunkFbank
+from asr.chunk_features import HOP_SAMPLES, WINDOW_SAMPLES, ChunkFbank
+from asr.lookahead import lookahead_frames_of
 from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
 from asr.decode_methods import CTC_SEARCHES
 from llm_ctc.tokenizer import LLMTokenizer
@@ -36,6 +41,7 @@ class ChunkResult:
     text: str  # the hypothesis after this chunk
     tokens: List[int]
     seconds: float  # compute time of the chunk (encoder, LLM, head, search)
+    attended: int = 0  # KV cache positions the chunk attended to: those kept before it and its own 2 T_b
 
 
 class StreamingRecognizer:
@@ -51,6 +57,8 @@ class StreamingRecognizer:
         self.model = model
         self.history, self.chunk_seconds = history_seconds, chunk_seconds
         self.chunk_frames = chunk_seconds * TICKS_PER_SECOND
+        self.lookahead = lookahead_frames_of(model.config.streaming_lookahead_seconds, chunk_seconds,
+                                             "model.streaming_lookahead_seconds")
         self.method, self.beam, self.token_penalty = method, beam, token_penalty
         self.blank_penalty = blank_penalty
         self.tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
@@ -66,34 +74,43 @@ class StreamingRecognizer:
             self.search = StreamingPrefixBeamSearch(self.beam, self.model.blank_id, self.token_penalty,
                                                     self.blank_penalty)
         self.past = None  # the last h seconds of features before the pending ones
-        self.pending = None  # features of the chunk not yet complete
+        self.pending = None  # features not yet recognized: a chunk waiting for its lookahead, a partial one
         self.samples = torch.zeros(0)
         self.chunk_index = 0
 
     # --- features ------------------------------------------------------------------
 
     def accept_features(self, features: Tensor) -> List[ChunkResult]:
-        """Append (T, F) features; every completed chunk is recognized."""
+        """Append (T, F) features; every completed chunk whose lookahead has arrived is
+        recognized."""
         dim = self.model.encoder.feature_dim
         if features.dim() != 2 or features.shape[1] != dim:
             raise ValueError(f"features must have shape (T, {dim}), got {tuple(features.shape)}")
         self.pending = features if self.pending is None else torch.cat([self.pending, features])
         results = []
-        while self.pending.shape[0] >= self.chunk_frames:
-            chunk, self.pending = self.pending[:self.chunk_frames], self.pending[self.chunk_frames:]
-            results.append(self._recognize_chunk(chunk))
+        while self.pending.shape[0] >= self.chunk_frames + self.lookahead:
+            results.append(self._recognize_pending())
         return results
 
     def finish(self) -> List[ChunkResult]:
-        """Recognize the last, partial chunk (if any) and the pending audio."""
+        """Recognize the chunks still pending (the last one partial, the lookahead of the
+        last ones short or none) and the pending audio."""
         results = []
         if self.samples.numel():
             results += self.accept_features(self._fbank(self.samples))
             self.samples = torch.zeros(0)
-        if self.pending is not None and self.pending.shape[0] > 0:
-            chunk, self.pending = self.pending, self.pending[:0]
-            results.append(self._recognize_chunk(chunk))
+        while self.pending is not None and self.pending.shape[0] > 0:
+            results.append(self._recognize_pending())
         return results
+
+    def _recognize_pending(self, lookahead: Optional[Tensor] = None) -> ChunkResult:
+        """Recognize the first pending chunk, with the pending frames after it as its
+        lookahead unless ``lookahead`` is given."""
+        chunk = self.pending[:self.chunk_frames]
+        if lookahead is None:
+            lookahead = self.pending[self.chunk_frames:self.chunk_frames + self.lookahead]
+        self.pending = self.pending[self.chunk_frames:]
+        return self._recognize_chunk(chunk, lookahead)
 
     # --- audio ---------------------------------------------------------------------
 
@@ -105,6 +122,12 @@ class StreamingRecognizer:
         while self.samples.numel() >= per_chunk:
             chunk, self.samples = self.samples[:per_chunk], self.samples[per_chunk:]
             results += self.accept_features(self._fbank(chunk))
+        needed = self.lookahead * HOP_SAMPLES + WINDOW_SAMPLES // 2 - HOP_SAMPLES // 2
+        if (self.lookahead and self.pending is not None and self.pending.shape[0] >= self.chunk_frames
+                and self.samples.numel() >= needed):
+            # A complete chunk waits for its lookahead and the next chunk's first L frames
+            # can be computed: frame j's 25 ms window ends before sample 160 j + 280.
+            results.append(self._recognize_pending(self._fbank(self.samples[:needed])[:self.lookahead]))
         return results
 
     def _fbank(self, samples: Tensor) -> Tensor:
@@ -122,13 +145,14 @@ class StreamingRecognizer:
     def text(self) -> str:
         return self.tokenizer.decode(self.tokens)
 
-    def _recognize_chunk(self, chunk: Tensor) -> ChunkResult:
+    def _recognize_chunk(self, chunk: Tensor, lookahead: Tensor) -> ChunkResult:
         started = time.perf_counter()
         model = self.model
         history = chunk[:0] if self.past is None else self.past
-        window = make_window(history, chunk, model.config.encoder_type)
+        window = make_window(history, chunk, model.config.encoder_type, lookahead if self.lookahead else None)
         with torch.no_grad():
             speech = chunk_embeddings(model, [window], [chunk.shape[0]])[0]
+            attended = self.llm.cache_size + 2 * speech.shape[0]
             states = self.llm.step(speech, chunk.shape[0])
             if self.method == "ctc-greedy-search" and not self.blank_penalty:
                 # The argmax of the logits is the argmax of the log-probabilities: no (T, V)
@@ -140,7 +164,7 @@ class StreamingRecognizer:
         keep = self.history * TICKS_PER_SECOND
         self.past = torch.cat([history, chunk])[-keep:]
         result = ChunkResult(self.chunk_index, chunk.shape[0], self.text, self.tokens,
-                             time.perf_counter() - started)
+                             time.perf_counter() - started, attended)
         self.chunk_index += 1
         return result
 

@@ -1,11 +1,13 @@
 """Running chunk windows through an encoder (asr.chunk_windows.encode_windows): windows
 batched by length give each window the output it gets alone, and no group pads a window
-to more than 1 / min_fill of its length."""
+to more than 1 / min_fill of its length; each window holds the h seconds before its chunk,
+the chunk and a lookahead of the next chunk's first frames, as defined."""
 
 import pytest
 import torch
 
-from asr.chunk_windows import encode_windows, length_groups
+from asr.chunk_windows import chunk_windows, encode_windows, length_groups
+from asr.lookahead import lookahead_frames_of
 
 
 class SummaryEncoder(torch.nn.Module):
@@ -54,3 +56,28 @@ def test_each_window_gets_its_output_alone_and_padding_stays_within_the_fill():
         alone, alone_lens = SummaryEncoder()(window[None], torch.tensor([window.shape[0]]))
         assert output.shape[0] == int(alone_lens[0])
         torch.testing.assert_close(output, alone[0, :int(alone_lens[0])])
+
+
+@pytest.mark.parametrize("frames, history, lookahead", [(530, 1, 0), (530, 1, 32), (530, 2, 200), (400, 3, 50),
+                                                         (130, 1, 20), (232, 0, 32)])
+def test_each_window_holds_its_history_its_chunk_and_the_next_chunks_first_frames(frames, history, lookahead):
+    features = torch.arange(frames, dtype=torch.float32)[:, None].expand(frames, 2)
+    pieces = chunk_windows(features, 2, history, lookahead)
+    assert len(pieces) == -(-frames // 200)
+    for b, (past, chunk, ahead) in enumerate(pieces):
+        start, end = 200 * b, min(200 * b + 200, frames)
+        assert past[:, 0].tolist() == list(range(max(0, start - 100 * history), start))
+        assert chunk[:, 0].tolist() == list(range(start, end))
+        assert ahead[:, 0].tolist() == list(range(end, min(end + lookahead, frames)))
+        assert ahead.shape[1] == 2
+
+
+def test_lookaheads_outside_one_chunk_or_between_frames_are_refused():
+    features = torch.zeros(300, 2)
+    for frames in (-1, 201):
+        with pytest.raises(ValueError, match="lookahead_frames must be between 0 and the 200 frames"):
+            chunk_windows(features, 2, 1, frames)
+    assert [lookahead_frames_of(s, 2) for s in (0, 0.0, 0.32, 0.5, 2)] == [0, 0, 32, 50, 200]
+    for bad in (0.325, -0.01, 2.01, "soon"):
+        with pytest.raises(ValueError, match="model.streaming_lookahead_seconds must be"):
+            lookahead_frames_of(bad, 2, "model.streaming_lookahead_seconds")

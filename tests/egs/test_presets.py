@@ -32,10 +32,11 @@ CHANGED_DEFAULTS = {"train.exp_dir": ("exp/zipformer", "exp/zipformer_pruned_ctc
 # Fields added to a family's schema since, with their defaults.
 ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_chunks": 0,
                      "model.encoder_lr_scale": 0.0, "model.encoder_trained_blocks": 0,
-                     "model.projector_lr_scale": 1.0, "model.distinct_head_rows": True},
+                     "model.projector_lr_scale": 1.0, "model.distinct_head_rows": True,
+                     "model.streaming_lookahead_seconds": 0.0},
          "zipformer": {"model.streaming": False, "model.streaming_chunk_seconds": 2,
                        "model.streaming_max_history": 8, "model.streaming_seed": 0,
-                       "model.trained_stacks": 0}}
+                       "model.trained_stacks": 0, "model.streaming_lookahead_seconds": 0.0}}
 ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1,
                          "data.concatenate_probability": 1.0, "data.batch_across_ranks": False,
                          "train.init_from": "", "decode.blank_penalty": [0.0]}

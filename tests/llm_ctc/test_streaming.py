@@ -225,3 +225,13 @@ def test_streaming_model_shifts_positions_only_in_training(ctc_config, qwen3_tok
     assert model.position_offsets(3) is None
     with pytest.raises(ValueError, match="streaming_position_offset_chunks must be >= 0"):
         dataclasses.replace(config, streaming_position_offset_chunks=-1).validate()
+
+
+def test_a_lookahead_is_a_whole_number_of_frames_within_a_chunk_and_only_for_the_zipformer(ctc_config):
+    config = dataclasses.replace(ctc_config, streaming=True, streaming_lookahead_seconds=0.32)
+    assert config.streaming_lookahead_seconds == 0.32
+    for bad in (0.005, 2.5, -0.02):
+        with pytest.raises(ValueError, match="model.streaming_lookahead_seconds must be a multiple of 0.01 s"):
+            dataclasses.replace(config, streaming_lookahead_seconds=bad)
+    with pytest.raises(ValueError, match="model.streaming_lookahead_seconds is for the Zipformer encoder"):
+        dataclasses.replace(config, encoder_type="qwen3_asr", projector_type="mlp")

@@ -50,7 +50,7 @@ def recognizer_chunk_features(recognizer: StreamingRecognizer, samples: torch.Te
     """The features of each chunk the recognizer recognizes, fed ``piece`` samples at a time."""
     seen = []
     recognize = recognizer._recognize_chunk
-    recognizer._recognize_chunk = lambda chunk: (seen.append(chunk), recognize(chunk))[1]
+    recognizer._recognize_chunk = lambda chunk, lookahead: (seen.append(chunk), recognize(chunk, lookahead))[1]
     for start in range(0, samples.numel(), piece):
         recognizer.accept_waveform(samples[start:start + piece])
     recognizer.finish()

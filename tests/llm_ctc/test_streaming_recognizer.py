@@ -1,6 +1,9 @@
 """StreamingRecognizer and the llm_ctc.streaming.stream command against the parallel (masked)
-computation of the same streaming model and the offline CTC search."""
+computation of the same streaming model and the offline CTC search, with and without a
+lookahead into the next chunk."""
 
+import copy
+import dataclasses
 import wave
 
 import numpy as np
@@ -57,6 +60,67 @@ def test_recognizer_equals_parallel_streaming_computation(method, ctc_model):
         expected = ctc_prefix_beam_search(reference, lens, beam=3, blank_id=model.blank_id, token_penalty=0.5)[0]
     assert recognizer.tokens == expected and results[-1].tokens == expected
     assert len(expected) > 0 and results[-1].text == recognizer.tokenizer.decode(expected)
+
+
+def with_lookahead(model, seconds: float):
+    """The same model (shared weights) with model.streaming_lookahead_seconds set."""
+    other = copy.copy(model)
+    other.config = dataclasses.replace(model.config, streaming_lookahead_seconds=seconds)
+    return other
+
+
+@pytest.mark.parametrize("method", ["ctc-greedy-search", "ctc-prefix-beam-search"])
+def test_a_lookahead_recognizer_waits_for_the_next_chunks_frames_and_equals_the_parallel_pass(method, ctc_model):
+    model = with_lookahead(ctc_model, 0.32)
+    features, _ = random_features([530], seed=8)
+    recognizer = StreamingRecognizer(model, history_seconds=2, method=method, beam=3, token_penalty=0.5)
+    seen, results, start = [], [], 0
+    for size in [150, 81, 1, 199, 99]:  # chunk 0 completes its lookahead at 232 frames, chunk 1 at 432
+        seen.append([r.index for r in recognizer.accept_features(features[0, start:start + size])])
+        start += size
+    assert seen == [[], [], [0], [], [1]]
+    results = recognizer.finish()
+    assert [r.index for r in results] == [2] and results[0].frames == 130
+    reference, lens = parallel_log_probs(model, features[0], 2)
+    if method == "ctc-greedy-search":
+        expected = ctc_greedy_search(reference, lens, blank_id=model.blank_id)[0]
+    else:
+        expected = ctc_prefix_beam_search(reference, lens, beam=3, blank_id=model.blank_id, token_penalty=0.5)[0]
+    assert recognizer.tokens == expected and len(expected) > 0
+    _, streamed = recognize_in_pieces(StreamingRecognizer(model, history_seconds=2, method=method, beam=3,
+                                                          token_penalty=0.5), features[0], [530])
+    if method == "ctc-prefix-beam-search":
+        assert (streamed - reference[0]).abs().max() <= 1e-4
+        # The lookahead changed what the first chunk's last frames read, and nothing it cannot see.
+        plain, _ = parallel_log_probs(ctc_model, features[0], 2)
+        assert (plain[0, :25] - reference[0, :25]).abs().max() > 1e-4
+
+
+def test_from_audio_a_lookahead_is_computed_from_the_first_samples_of_the_next_chunk(ctc_model):
+    model = with_lookahead(ctc_model, 0.32)
+    samples = torch.from_numpy(np.random.default_rng(5).normal(scale=0.1, size=84800).astype(np.float32))
+    recognizer = StreamingRecognizer(model, history_seconds=2)
+    used, recognize = [], recognizer._recognize_chunk
+    recognizer._recognize_chunk = lambda chunk, lookahead: (used.append((chunk, lookahead)),
+                                                            recognize(chunk, lookahead))[1]
+    indices = []
+    for start in range(0, samples.numel(), 2000):
+        indices.append([r.index for r in recognizer.accept_waveform(samples[start:start + 2000])])
+    final = recognizer.finish()
+    # Chunk 0 goes as soon as 32 frames of chunk 1 can be computed: 32000 + 32 * 160 + 120
+    # = 37240 samples, in the 19th piece of 2000; chunk 1 at 69240, in the 35th.
+    assert [n for n, done in enumerate(indices) if done] == [18, 34] and [r.index for r in final] == [2]
+    fbank = recognizer.frontend
+    chunks = [fbank(samples[start:start + 32000]) for start in range(0, samples.numel(), 32000)]
+    assert [tuple(lookahead.shape) for _, lookahead in used] == [(32, 80), (32, 80), (0, 80)]
+    for b, (chunk, lookahead) in enumerate(used):
+        assert torch.equal(chunk, chunks[b])
+        if b < 2:  # the next chunk's first frames, as its whole-chunk fbank gives them
+            torch.testing.assert_close(lookahead, chunks[b + 1][:32], rtol=1e-5, atol=1e-5)
+    from_features = StreamingRecognizer(model, history_seconds=2)
+    from_features.accept_features(torch.cat(chunks))
+    from_features.finish()
+    assert recognizer.tokens == from_features.tokens
 
 
 def test_reset_gives_a_fresh_utterance(ctc_model):

@@ -142,6 +142,22 @@ def test_latency_command_measures_every_chunk_within_the_cache_bound(small_train
         assert [int(row["attended_positions"]) for row in csv.DictReader(table)] == \
             [row["attended_positions"] for row in rows]
     assert "cache bound P + 2A + J = %d positions" % (prompt + 52) in (tmp_path / "summary.md").read_text()
+    # With a lookahead each chunk is recognized when the next one's audio comes (the last
+    # at the end): the same rows, the same cache.
+    import copy
+    import dataclasses
+
+    from llm_ctc.streaming.latency import long_input, measure, summary
+
+    ahead_model = copy.copy(model.eval())
+    ahead_model.config = dataclasses.replace(model.config, streaming_lookahead_seconds=0.32)
+    samples = long_input(small_training_corpus["train"], 8)
+    with torch.inference_mode():
+        plain, ahead = measure(model, samples, 1), measure(ahead_model, samples, 1)
+    assert [(r["chunk"], r["start_seconds"], r["attended_positions"], r["kept_positions"]) for r in ahead] == \
+        [(r["chunk"], r["start_seconds"], r["attended_positions"], r["kept_positions"]) for r in plain] == \
+        [(r["chunk"], r["start_seconds"], r["attended_positions"], r["kept_positions"]) for r in rows]
+    assert "Lookahead 0.32 s: each chunk's hypothesis waits" in summary(ahead, prompt + 52, 1, 8, "x", 1, 0.32)
 
 
 def test_stream_command_reads_the_run_s_checkpoints_and_flac(small_training_corpus, uninterrupted, tmp_path,

@@ -1,7 +1,7 @@
 """local.chunked_encoder_wer: each chunk's frames are those of its own window run alone
 (the window built here from its definition in llm_ctc/streaming/encoder.py: h seconds of
-history, the chunk, ten copies of its last frame), and every setting is scored on the
-same reference words."""
+history, the chunk, the lookahead's first frames of the next chunk, ten copies of its last
+frame), and every setting is scored on the same reference words."""
 
 import math
 
@@ -18,16 +18,17 @@ def tiny_zipformer(vocab_size: int) -> CTCModel:
     return CTCModel(get_preset("tiny", vocab_size=vocab_size)).eval()
 
 
-@pytest.mark.parametrize("history_seconds", [1, 2, 8])
-def test_each_chunk_is_read_from_its_own_window_alone(history_seconds):
+@pytest.mark.parametrize("history_seconds, lookahead", [(1, 0), (2, 0), (8, 0), (2, 32)])
+def test_each_chunk_is_read_from_its_own_window_alone(history_seconds, lookahead):
     model = tiny_zipformer(30)
     features = torch.randn(530, 80, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        got = chunked_log_probs(model, features, 530, history_seconds=history_seconds, chunk_seconds=2)
+        got = chunked_log_probs(model, features, 530, history_seconds=history_seconds, chunk_seconds=2,
+                                lookahead_frames=lookahead)
         expected = []
         for start, frames in ((0, 200), (200, 200), (400, 130)):
             history = min(start, 100 * history_seconds)
-            window = features[start - history:start + frames]
+            window = features[start - history:min(start + frames + lookahead, 530)]
             window = torch.cat([window, window[-1:].repeat(10, 1)])
             log_probs, _ = model.log_probs(window[None], torch.tensor([len(window)]))
             expected.append(log_probs[0, math.ceil(history / 4):math.ceil((history + frames) / 4)])
@@ -67,3 +68,6 @@ def test_every_setting_is_scored_on_the_same_words(small_training_corpus, tmp_pa
         assert errors == int(row[2]), row
     with pytest.raises(SystemExit):
         main([str(checkpoint), str(small_training_corpus["train"]), "--lang-dir", "x", "--history", "-1"])
+    with pytest.raises(SystemExit):
+        main([str(checkpoint), str(small_training_corpus["train"]), "--lang-dir", "x", "--lookahead-seconds", "0.005"])
+    assert "--lookahead-seconds must be a multiple of 0.01 s" in capsys.readouterr().err
