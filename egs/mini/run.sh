@@ -10,6 +10,7 @@
 #   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
 #   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 8
 #   ./run.sh --stage 11 --stop-stage 11                         # Tables 9 and 5 after 10
+#   ./run.sh --stage 10 --stop-stage 11 --streaming-lookahead 0.32  # the same, each window 0.32 s into the next chunk
 #   ./run.sh --stage 7 --stop-stage 9 --llm smollm2             # a real pretrained LLM (SmolLM2-135M)
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
@@ -57,9 +58,15 @@ tiny_lm_join_fraction=0.25
 # in RESULTS.md), stage 10 in two on a machine with two cores or more: the same updates of
 # its two trainings in less time (RESULTS.md, "Stage 10 in two CPU processes").
 cpu_processes=default
+# Stages 10-11: each chunk's encoder window also reads this many seconds of the next chunk
+# (model.streaming_lookahead_seconds, not in the paper: 0 keeps its windows), so each
+# chunk's output waits that much longer. 0.32 gave the window encoder its whole-sentence
+# errors (RESULTS.md, "A lookahead into the next chunk"). Its models go to folders named
+# with _lookahead<seconds>.
+streaming_lookahead=0
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
   train_config train_args decode_args cpu_processes llm llm_config tiny_lm_copy_fraction tiny_lm_query_fraction
-  tiny_lm_epochs tiny_lm_join_fraction)
+  tiny_lm_epochs tiny_lm_join_fraction streaming_lookahead)
 # --quick 1 changes the defaults: read it first, then let explicit options win.
 for ((i = 1; i <= $#; i++)); do
   case "${!i}" in
@@ -85,6 +92,9 @@ if [ "$cpu_processes" = default ]; then
   cpu_processes=1 stage10_processes=$(($(getconf _NPROCESSORS_ONLN) >= 2 ? 2 : 1))
 fi
 case "$ctc_loss" in pruned|standard) ;; *) die "--ctc-loss must be pruned or standard, got '$ctc_loss'" ;; esac
+[[ "$streaming_lookahead" =~ ^[0-9]*(\.[0-9]{1,2})?$ && "$streaming_lookahead" =~ [0-9] ]] &&
+  awk -v s="$streaming_lookahead" 'BEGIN { exit !(s <= 2) }' ||
+  die "--streaming-lookahead must be seconds in steps of 0.01 between 0 and the 2 s chunk, got '$streaming_lookahead'"
 for count in num_train num_dev num_test vocab_size; do
   [[ "${!count}" =~ ^[1-9][0-9]*$ ]] || die "--${count//_/-} must be a positive integer, got '${!count}'"
 done
@@ -226,18 +236,23 @@ fi
 # in one stage").
 llm_step_settings=(train.num_epochs=2 train.max_batches=2300 optim.decay_batches=3200
   model.projector_lr_scale=1 model.encoder_lr_scale=0.1 model.encoder_trained_blocks=3)
+lookahead_settings=() lookahead_suffix=""
+if awk -v s="$streaming_lookahead" 'BEGIN { exit !(s > 0) }'; then
+  lookahead_settings=(model.streaming_lookahead_seconds="$streaming_lookahead")
+  lookahead_suffix=_lookahead$streaming_lookahead
+fi
 streaming_model_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
-  model.streaming_max_history=8 model.streaming_position_offset_chunks=30)
+  model.streaming_max_history=8 model.streaming_position_offset_chunks=30 "${lookahead_settings[@]}")
 streaming_settings=("${streaming_model_settings[@]}"
   data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0 "${llm_step_settings[@]}")
 streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
-streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming
+streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming$lookahead_suffix
 streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
   train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
-  exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
+  exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix
   training_settings model.llm="$llm_dir" model.encoder_path="$streaming_encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
     data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${streaming_settings[@]}" \
@@ -251,7 +266,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   train_config=conf/train_streaming.yaml
   train_settings=(train.exp_dir="$streaming_encoder_dir" train.init_from="$encoder_weights"
     train.lang_dir="$lang_dir" data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz"
-    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz")
+    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${lookahead_settings[@]}")
   train_model
   user_decode_args=$decode_args decode_args=""  # --decode-args are the LLM's
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
@@ -283,8 +298,8 @@ fi
 # local.chunk_boundary_errors, the words placed by a forced alignment through stage 4's
 # Zipformer; exp/<tag>_chunk_boundary_errors.md): where streaming loses (RESULTS.md,
 # "Where streaming's extra errors are").
-streaming_exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming
-offline_exp_dir() { echo "exp/${tag}_$(basename "$llm_config" .yaml)_$1_offline"; }
+streaming_exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix
+offline_exp_dir() { echo "exp/${tag}_$(basename "$llm_config" .yaml)_$1_offline$lookahead_suffix"; }
 sentences_exp_dir=${streaming_exp_dir}_sentences
 if [ "$stage" -le 11 ] && [ "$stop_stage" -ge 11 ]; then
   train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
@@ -309,14 +324,14 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
     train_model
     decode_model "${llm_test_sets[@]}"
   done
-  table=exp/${tag}_tables_9_and_5.md
+  table=exp/${tag}_tables_9_and_5$lookahead_suffix.md
   python -m llm_ctc.streaming.table --speech "$(offline_exp_dir speech)" --offline "$(offline_exp_dir query)" \
     --streaming "$sentences_exp_dir" --streaming "$streaming_exp_dir" --sets dev-clean test-clean --search beam \
     > "$table.tmp"
   mv "$table.tmp" "$table"
   log "Tables 9 and 5 (prefix beam search, WER %), also in $table:"
   cat "$table"
-  boundaries=exp/${tag}_chunk_boundary_errors.md
+  boundaries=exp/${tag}_chunk_boundary_errors$lookahead_suffix.md
   python -m local.chunk_boundary_errors "$encoder_weights" --lang-dir "$lang_dir" \
     --cuts "$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" \
     --sets dev-clean test-clean --decode "streaming, h = 2 s=$sentences_exp_dir:2" \

@@ -445,6 +445,52 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     assert not record.exists()
 
 
+def test_mini_stages_10_and_11_with_a_lookahead_train_and_decode_every_streaming_model_with_it(recipe_copy,
+                                                                                               tmp_path):
+    """--streaming-lookahead L: stage 10's window encoder and streaming LLM, and stage 11's
+    streaming model, get model.streaming_lookahead_seconds=L; stage 11's offline twins read
+    that encoder; every folder and table is named with _lookahead<L>, beside the paper's."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
+                                                               "exp/full_llm_ctc/checkpoint-1200.pt",
+                                                               "exp/full_pruned_ctc_streaming_lookahead0.32/decoding.pt",
+                                                               "exp/full_llm_ctc/decoding.pt"))
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "11",
+                             "--streaming-lookahead", "0.32"], cwd=recipe, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    trainings = [command for command in launches if "asr.train" in command]
+    folders = [next(a for a in command if a.startswith("train.exp_dir=")).split("=", 1)[1] for command in trainings]
+    assert folders == ["exp/full_pruned_ctc_streaming_lookahead0.32", "exp/full_llm_ctc_streaming_lookahead0.32",
+                       "exp/full_llm_ctc_speech_offline_lookahead0.32", "exp/full_llm_ctc_query_offline_lookahead0.32",
+                       "exp/full_llm_ctc_streaming_lookahead0.32_sentences"]
+    streaming = [True, True, False, False, True]
+    for command, folder, streams in zip(trainings, folders, streaming):
+        assert ("model.streaming_lookahead_seconds=0.32" in command) == streams, folder
+        if folder.startswith("exp/full_llm_ctc"):
+            assert "model.encoder_path=exp/full_pruned_ctc_streaming_lookahead0.32/decoding.pt" in command
+    decodes = [command for command in launches if "asr.decode" in command]
+    assert all("model.streaming_lookahead_seconds=0.32" in command
+               for command in decodes if any(a.endswith("streaming_lookahead0.32") or a.endswith("_sentences")
+                                             for a in command))
+    [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
+    assert table[2:10] == ["--speech", "exp/full_llm_ctc_speech_offline_lookahead0.32",
+                           "--offline", "exp/full_llm_ctc_query_offline_lookahead0.32",
+                           "--streaming", "exp/full_llm_ctc_streaming_lookahead0.32_sentences",
+                           "--streaming", "exp/full_llm_ctc_streaming_lookahead0.32"]
+    assert (recipe / "exp/full_tables_9_and_5_lookahead0.32.md").is_file()
+    assert (recipe / "exp/full_chunk_boundary_errors_lookahead0.32.md").is_file()
+    assert not (recipe / "exp/full_tables_9_and_5.md").exists()
+    for bad in ("0.325", "2.5", "-1", "soon", "."):
+        result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10",
+                                 "--streaming-lookahead", bad], cwd=recipe, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode != 0
+        assert f"--streaming-lookahead must be seconds in steps of 0.01 between 0 and the 2 s chunk, got '{bad}'" \
+            in result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("options, message", [
     (("--cpu-processes", "0"), "--cpu-processes must be a positive integer, got '0'"),
     (("--cpu-processes", "2", "--num-gpus", "2"), "--cpu-processes 2 trains on one machine's CPU: not with --num-gpus 2"),
