@@ -1,8 +1,9 @@
 """The encoder side of streaming LLM-CTC (Sec. 4.3): for chunk b the frozen encoder sees
 the preceding h seconds with the chunk (never later audio; with
 ``model.streaming_lookahead_seconds``, not in the paper, also that much of the next
-chunk) and only the current chunk's outputs go on to the projector. The windows of all chunks run as independent sequences,
-batched by length (App. D.4: at most 10 s of encoder input per chunk with h = 8 s).
+chunk) and only the current chunk's outputs go on to the projector. The windows of all
+chunks run as independent sequences, batched by length (App. D.4: at most 10 s of
+encoder input per chunk with h = 8 s).
 
 Which encoder frames belong to the chunk, for a window of H history frames and the
 chunk's F frames (H a multiple of 100: chunks start on whole seconds):
