@@ -1,8 +1,10 @@
 """Where the errors of the long-input test are (egs/mini run.sh stage 10; RESULTS.md, "Long
 inputs: the joins between sentences"): every reference word of the 30-60 s recordings
 decoded chunk by chunk, and of the same sentences decoded one by one, counted by its place
-in its sentence (first word, last word, the others) and by the time its sentence starts in
-the recording (10 s bins)::
+in its sentence (first word, last word, the others), by the time its sentence starts in
+the recording (10 s bins), and, for the first word after a join, by where in its 2 s
+chunk its sentence starts (quarters of a chunk: whether a sentence start on a chunk
+boundary fares better than one inside a chunk)::
 
     python -m local.long_input_errors data/full/test_long \\
         data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
@@ -46,11 +48,27 @@ def place_in_sentence(index: int, length: int) -> str:
     return "first" if index == 0 else "last" if index == length - 1 else "other"
 
 
+def chunk_phase_key(start: float, chunk_seconds: float, bins: int = 4) -> str:
+    """The row of a first word after a join whose sentence starts ``start`` seconds into the
+    recording: which of ``bins`` equal parts of its chunk the start falls in."""
+    width = chunk_seconds / bins
+    phase = start % chunk_seconds
+    # The durations are sums of floats: a start within a microsecond of a part's edge
+    # belongs to the part that edge opens.
+    if phase > chunk_seconds - 1e-6:
+        phase = 0.0
+    part = min(int((phase + 1e-6) // width), bins - 1)
+    return f"after a join, {part * width:.1f}-{(part + 1) * width:.1f} s into a chunk"
+
+
 def count_errors(recordings: Sequence[Tuple[List[str], List[str], List[Tuple[str, float]]]],
-                 sentences: Dict[str, Tuple[List[str], List[str]]], bin_seconds: float = 10.0) -> Dict[str, Counter]:
-    """Counters of (decode, flag) per place and per start-time bin ('0-10 s', ...), and the
-    insertions: ``recordings`` holds each long recording's (reference, hypothesis, [(sentence
-    cut id, its duration)] in order); ``sentences`` the one-by-one results by cut id."""
+                 sentences: Dict[str, Tuple[List[str], List[str]]], bin_seconds: float = 10.0,
+                 chunk_seconds: float = 2.0) -> Dict[str, Counter]:
+    """Counters of (decode, flag) per place, per start-time bin ('0-10 s', ...) and, for the
+    first words of the sentences after a join, per part of a ``chunk_seconds`` chunk their
+    sentence starts in (:func:`chunk_phase_key`), and the insertions: ``recordings`` holds
+    each long recording's (reference, hypothesis, [(sentence cut id, its duration)] in
+    order); ``sentences`` the one-by-one results by cut id."""
     table: Dict[str, Counter] = {}
     insertions = Counter()
     for reference, hypothesis, members in recordings:
@@ -65,7 +83,10 @@ def count_errors(recordings: Sequence[Tuple[List[str], List[str], List[Tuple[str
             insertions["one by one"] += inserted
             low = int(start // bin_seconds) * bin_seconds
             for j, one_flag in enumerate(one_flags):
-                for key in (place_in_sentence(j, len(one_flags)), f"{low:.0f}-{low + bin_seconds:.0f} s"):
+                keys = [place_in_sentence(j, len(one_flags)), f"{low:.0f}-{low + bin_seconds:.0f} s"]
+                if j == 0 and word > 0:
+                    keys.append(chunk_phase_key(start, chunk_seconds))
+                for key in keys:
                     row = table.setdefault(key, Counter())
                     row["long", long_flags[word + j]] += 1
                     row["one by one", one_flag] += 1
@@ -84,12 +105,14 @@ def format_table(table: Dict[str, Counter]) -> str:
         return f"{100 * errors / words:.1f}% ({row[decode, SUBSTITUTED]} S, {row[decode, DELETED]} D)"
 
     lines = ["| words | count | long recordings, chunk by chunk | the sentences one by one |", "|---|---|---|---|"]
-    keys = [p for p in PLACES if p in table] + sorted((k for k in table if k.endswith(" s")),
-                                                     key=lambda k: float(k.split("-")[0]))
+    keys = [p for p in PLACES if p in table]
+    keys += sorted((k for k in table if k.endswith(" into a chunk")), key=lambda k: float(k.split(", ")[1].split("-")[0]))
+    keys += sorted((k for k in table if k.endswith(" s")), key=lambda k: float(k.split("-")[0]))
     for key in keys:
         row = table[key]
         count = sum(row["long", flag] for flag in (CORRECT, SUBSTITUTED, DELETED))
-        label = f"{key} word of a sentence" if key in PLACES else f"sentence starting at {key}"
+        label = (f"{key} word of a sentence" if key in PLACES else
+                 f"first word {key}" if key.endswith(" into a chunk") else f"sentence starting at {key}")
         lines.append(f"| {label} | {count} | {cell(row, 'long')} | {cell(row, 'one by one')} |")
     inserted = table["insertions"]
     lines.append(f"| inserted words | - | {inserted['long']} | {inserted['one by one']} |")
@@ -103,7 +126,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("sentence_cuts", type=Path, help="the cuts the recordings were joined from")
     parser.add_argument("long_recogs", type=Path, help="recogs- file of the long recordings")
     parser.add_argument("sentence_recogs", type=Path, help="recogs- file of the same sentences one by one")
+    parser.add_argument("--chunk-seconds", type=float, default=2.0,
+                        help="the streaming chunk, for the rows of first words by where their sentence starts in it")
     args = parser.parse_args(argv)
+    if not args.chunk_seconds > 0:
+        raise SystemExit(f"ERROR: --chunk-seconds must be > 0, got {args.chunk_seconds}")
     from lhotse import load_manifest
 
     for path in (args.long_dir / "cuts.jsonl.gz", args.long_dir / "members.tsv", args.sentence_cuts,
@@ -119,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     long_results = read_recogs(args.long_recogs)
     recordings = [(reference, hypothesis, members[recording_of[cut_id]])
                   for cut_id, (reference, hypothesis) in sorted(long_results.items())]
-    print(format_table(count_errors(recordings, read_recogs(args.sentence_recogs))), end="")
+    table = count_errors(recordings, read_recogs(args.sentence_recogs), chunk_seconds=args.chunk_seconds)
+    print(format_table(table), end="")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from local.long_input_errors import (count_errors, format_table, place_in_sentence,
-                                     reference_word_errors)
+from local.long_input_errors import (chunk_phase_key, count_errors, format_table, main,
+                                     place_in_sentence, reference_word_errors)
 
 
 def test_places_in_a_sentence():
@@ -34,9 +34,33 @@ def test_errors_are_counted_at_each_words_place_and_its_sentences_start():
     assert table["0-10 s"] == {("long", "C"): 5, ("long", "S"): 1, ("long", "D"): 1, ("one by one", "C"): 7}
     assert table["10-20 s"] == {("long", "C"): 2, ("one by one", "C"): 1, ("one by one", "S"): 1}
     assert table["insertions"] == Counter({"long": 0, "one by one": 1})
+    # First words after a join by where their sentence starts in a 2 s chunk: s2 at 4 s (a
+    # boundary), s3 at 11 s (1 s in); s1 opens the recording and has no join before it.
+    assert table["after a join, 0.0-0.5 s into a chunk"] == {("long", "D"): 1, ("one by one", "C"): 1}
+    assert table["after a join, 1.0-1.5 s into a chunk"] == {("long", "C"): 1, ("one by one", "C"): 1}
+    assert sum(sum(row.values()) for key, row in table.items() if key.endswith("into a chunk")) == 4
     text = format_table(table)
     assert "| first word of a sentence | 3 | 33.3% (0 S, 1 D) | 0.0% (0 S, 0 D) |" in text
     assert "| sentence starting at 10-20 s | 2 | 0.0% (0 S, 0 D) | 50.0% (1 S, 0 D) |" in text
+    assert "| first word after a join, 0.0-0.5 s into a chunk | 1 | 100.0% (0 S, 1 D) | 0.0% (0 S, 0 D) |" in text
+    lines = text.splitlines()
+    assert lines.index("| first word after a join, 0.0-0.5 s into a chunk | 1 | 100.0% (0 S, 1 D) | 0.0% (0 S, 0 D) |") \
+        < lines.index("| first word after a join, 1.0-1.5 s into a chunk | 1 | 0.0% (0 S, 0 D) | 0.0% (0 S, 0 D) |") \
+        < lines.index("| sentence starting at 0-10 s | 7 | 28.6% (1 S, 1 D) | 0.0% (0 S, 0 D) |")
+
+
+@pytest.mark.parametrize("start, chunk, expected", [
+    (0.5, 2.0, "0.5-1.0"), (1.999, 2.0, "1.5-2.0"), (7.25, 2.0, "1.0-1.5"),
+    # Sums of float durations a hair below an edge belong to the part it opens.
+    (0.1 + 0.2 + 0.2, 2.0, "0.5-1.0"), (3.9999999999, 2.0, "0.0-0.5"), (2.0, 4.0, "2.0-3.0"),
+])
+def test_chunk_phase_key(start, chunk, expected):
+    assert chunk_phase_key(start, chunk) == f"after a join, {expected} s into a chunk"
+
+
+def test_a_chunk_of_no_length_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="--chunk-seconds must be > 0, got 0.0"):
+        main([str(tmp_path), "a", "b", "c", "--chunk-seconds", "0"])
 
 
 def test_a_recording_whose_sentences_do_not_add_up_is_refused():
