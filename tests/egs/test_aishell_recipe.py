@@ -1,4 +1,6 @@
-"""egs/aishell/run.sh data stages 0-5 end to end on a miniature AISHELL-1."""
+"""egs/aishell/run.sh end to end on a miniature AISHELL-1: the data stages 0-5, then stages
+10-12 (a tiny model trained, decoded and summarized, characters as tokens, CER) on their
+data, and stage 13's ONNX export scored by sherpa-onnx."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import time
 
 import pytest
 import soundfile as sf
+
+from references.recipe_training import EXP, SUFFIX, TrainedRecipeChecks, read_recogs, train, training_copy
 
 SPLITS = {"train": 12, "dev": 5, "test": 5}
 
@@ -75,3 +79,31 @@ def test_rerun_skips_every_stage_and_changes_nothing(recipe, run_recipe, snapsho
     assert "computing" not in result.stdout and "wrote" not in result.stdout
     output = result.stdout + result.stderr  # the data programs log to stderr
     assert len(re.findall(r"skipping|nothing to do", output)) == 2 + 1 + 1 + 3 + 1 + 1, output
+
+
+# --- Stages 10-12: training, decoding and summary on the data above (references/recipe_training.py) ---
+
+@pytest.fixture(scope="module")
+def trained(recipe, recipe_copy, run_recipe):
+    copy = training_copy(recipe_copy, recipe, "aishell")
+    finished = train(run_recipe, copy, "aishell")
+    return {"corpus": "aishell", "recipe": copy, "finished": finished, "sets": ["dev", "test"], "cer": True}
+
+
+class TestTrainingStages(TrainedRecipeChecks):
+    pass
+
+
+def test_stage_13_exports_to_onnx_and_scores_sherpa_onnx_like_the_decoder(trained, run_recipe):
+    recipe = trained["recipe"]
+    result = run_recipe(recipe, "--stage", "13", "--stop-stage", "13", "--decode-args", "decode.avg=1")
+    onnx_dir = recipe / EXP / f"onnx-{SUFFIX}"
+    assert {"model.onnx", "model.int8.onnx", "tokens.txt"} <= {p.name for p in onnx_dir.iterdir()}
+    for model in ("model", "model.int8"):
+        for name in trained["sets"]:
+            assert (onnx_dir / f"wer-summary-{name}-{model}.txt").is_file()
+            # Characters as references: the preset's decode.compute_cer, as asr.decode scores them.
+            recogs = read_recogs(onnx_dir / f"recogs-{name}-sherpa-onnx-greedy-search-{model}.txt")
+            ours = read_recogs(recipe / EXP / f"recogs-{name}-ctc-greedy-search-{SUFFIX}.txt")
+            assert {cut: ref for cut, (ref, _) in recogs.items()} == {cut: ref for cut, (ref, _) in ours.items()}
+    assert "real-time factor" in result.stdout

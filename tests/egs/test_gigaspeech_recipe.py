@@ -1,12 +1,17 @@
-"""egs/gigaspeech/run.sh data stages 0-8 end to end on a miniature GigaSpeech."""
+"""egs/gigaspeech/run.sh end to end on a miniature GigaSpeech: the data stages 0-8, then
+stages 10-12 (a tiny model trained, decoded and summarized) on their data, reading every
+piece of the XL subset's features."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 import pytest
+
+from references.recipe_training import EXP, TrainedRecipeChecks, train, training_copy
 
 SUBSETS = {"XL": 3, "DEV": 1, "TEST": 1}
 CHUNK_SIZE = 2
@@ -116,3 +121,32 @@ def test_one_bpe_model_per_vocabulary_size(recipe, run_recipe):
     for size in (40, 70):
         lines = (recipe / f"data/lang_bpe_{size}/tokens.txt").read_text().splitlines()
         assert len(lines) == size and lines[:3] == ["<blk> 0", "<sos/eos> 1", "<unk> 2"]
+
+
+# --- Stages 10-12: training, decoding and summary on the data above (references/recipe_training.py) ---
+
+@pytest.fixture(scope="module")
+def trained(recipe, recipe_copy, run_recipe):
+    copy = training_copy(recipe_copy, recipe, "gigaspeech")
+    finished = train(run_recipe, copy, "gigaspeech")
+    return {"corpus": "gigaspeech", "recipe": copy, "finished": finished, "sets": ["dev", "test"], "cer": False}
+
+
+class TestTrainingStages(TrainedRecipeChecks):
+    pass
+
+
+def test_training_reads_every_feature_piece(trained):
+    from lhotse import load_manifest
+
+    from asr.data import load_cuts_lazy
+
+    recipe = trained["recipe"]
+    pieces = sorted((recipe / "data/fbank/gigaspeech_XL_split").glob("gigaspeech_cuts_XL.*.jsonl.gz"))
+    assert len(pieces) == 2
+    expected = sorted(c.id for p in pieces for c in load_manifest(p))
+    pattern = str(recipe / "data/fbank/gigaspeech_XL_split/gigaspeech_cuts_XL.[0-9]*.jsonl.gz")
+    assert sorted(c.id for c in load_cuts_lazy(pattern)) == expected
+    log = "\n".join(p.read_text() for p in (recipe / EXP / "log").glob("log-train-*"))
+    kept = [int(n) for n in re.findall(r"cut filter: kept (\d+) of", log)]
+    assert kept and all(k == len(expected) for k in kept)

@@ -1,4 +1,6 @@
-"""egs/librispeech/run.sh data stages 0-5 end to end on a miniature LibriSpeech."""
+"""egs/librispeech/run.sh end to end on a miniature LibriSpeech: the data stages 0-5, then
+stages 10-12 (a tiny model trained, decoded and summarized) on their data, including a
+training that resumes where it was stopped."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+
+from references.recipe_training import DATA_OPTIONS, EXP, TINY, TrainedRecipeChecks, train, training_copy
 
 PARTS = ("train-clean-100", "dev-clean", "test-clean")
 TRAIN = "train-clean-100"
@@ -125,3 +129,42 @@ def test_manifests_equal_those_of_lhotses_own_recipe_function(recipe, librispeec
         ours = load_manifest(recipe / f"data/manifests/librispeech_supervisions_{part}.jsonl.gz")
         theirs = reference[part]["supervisions"]
         assert sorted((s.id, s.text, s.duration) for s in ours) == sorted((s.id, s.text, s.duration) for s in theirs)
+
+
+# --- Stages 10-12: training, decoding and summary on the data above (references/recipe_training.py) ---
+
+@pytest.fixture(scope="module")
+def trained(recipe, recipe_copy, run_recipe):
+    """Trained in two runs: the first stops after one batch (as if killed), the second
+    resumes from its checkpoint."""
+    copy = training_copy(recipe_copy, recipe, "librispeech")
+    stopped = train(run_recipe, copy, "librispeech", " train.max_batches=1", check=False)
+    finished = train(run_recipe, copy, "librispeech")
+    return {"corpus": "librispeech", "recipe": copy, "stopped": stopped, "finished": finished,
+            "sets": ["test-clean"], "cer": False}
+
+
+class TestTrainingStages(TrainedRecipeChecks):
+    pass
+
+
+def test_an_interrupted_training_resumes_from_its_checkpoint(trained):
+    stopped, finished = trained["stopped"], trained["finished"]
+    assert stopped.returncode != 0  # no epoch to decode after the first batch
+    assert f"'last' asks for the newest epoch-*.pt of {EXP}, but there is none" in stopped.stderr
+    assert f"resumed from {EXP}/checkpoint-1.pt: epoch 1, global batch 1" in finished.stdout
+    assert "epoch 1, batch 1 (global 1)" not in finished.stdout  # the first batch is not trained again
+
+
+@pytest.mark.slow
+def test_a_resumed_training_ends_with_the_weights_of_an_uninterrupted_one(recipe, trained, recipe_copy, run_recipe):
+    import torch
+
+    uninterrupted = training_copy(recipe_copy, recipe, "librispeech")
+    run_recipe(uninterrupted, *DATA_OPTIONS["librispeech"], "--stage", "10", "--stop-stage", "10",
+               "--train-args", TINY)
+    resumed = torch.load(trained["recipe"] / EXP / "epoch-2.pt", map_location="cpu", weights_only=False)
+    straight = torch.load(uninterrupted / EXP / "epoch-2.pt", map_location="cpu", weights_only=False)
+    assert resumed["batch_idx_train"] == straight["batch_idx_train"]
+    for name, tensor in straight["model"].items():
+        assert torch.equal(resumed["model"][name], tensor), name
