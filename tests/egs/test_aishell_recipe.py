@@ -10,7 +10,7 @@ import time
 import pytest
 import soundfile as sf
 
-from references.recipe_training import EXP, SUFFIX, TrainedRecipeChecks, read_recogs, train, training_copy
+from references.recipe_training import EXP, SUFFIX, TrainedRecipeChecks, read_recogs, trained_recipe
 
 SPLITS = {"train": 12, "dev": 5, "test": 5}
 
@@ -85,9 +85,7 @@ def test_rerun_skips_every_stage_and_changes_nothing(recipe, run_recipe, snapsho
 
 @pytest.fixture(scope="module")
 def trained(recipe, recipe_copy, run_recipe):
-    copy = training_copy(recipe_copy, recipe, "aishell")
-    finished = train(run_recipe, copy, "aishell")
-    return {"corpus": "aishell", "recipe": copy, "finished": finished, "sets": ["dev", "test"], "cer": True}
+    return trained_recipe(recipe_copy, run_recipe, recipe, "aishell")
 
 
 class TestTrainingStages(TrainedRecipeChecks):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from references.recipe_training import EXP, TrainedRecipeChecks, train, training_copy
+from references.recipe_training import EXP, TrainedRecipeChecks, trained_recipe
 
 SUBSETS = {"XL": 3, "DEV": 1, "TEST": 1}
 CHUNK_SIZE = 2
@@ -127,9 +127,7 @@ def test_one_bpe_model_per_vocabulary_size(recipe, run_recipe):
 
 @pytest.fixture(scope="module")
 def trained(recipe, recipe_copy, run_recipe):
-    copy = training_copy(recipe_copy, recipe, "gigaspeech")
-    finished = train(run_recipe, copy, "gigaspeech")
-    return {"corpus": "gigaspeech", "recipe": copy, "finished": finished, "sets": ["dev", "test"], "cer": False}
+    return trained_recipe(recipe_copy, run_recipe, recipe, "gigaspeech")
 
 
 class TestTrainingStages(TrainedRecipeChecks):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from references.recipe_training import DATA_OPTIONS, EXP, TINY, TrainedRecipeChecks, train, training_copy
+from references.recipe_training import DATA_OPTIONS, EXP, TINY, TrainedRecipeChecks, trained_recipe, training_copy
 
 PARTS = ("train-clean-100", "dev-clean", "test-clean")
 TRAIN = "train-clean-100"
@@ -135,13 +135,8 @@ def test_manifests_equal_those_of_lhotses_own_recipe_function(recipe, librispeec
 
 @pytest.fixture(scope="module")
 def trained(recipe, recipe_copy, run_recipe):
-    """Trained in two runs: the first stops after one batch (as if killed), the second
-    resumes from its checkpoint."""
-    copy = training_copy(recipe_copy, recipe, "librispeech")
-    stopped = train(run_recipe, copy, "librispeech", " train.max_batches=1", check=False)
-    finished = train(run_recipe, copy, "librispeech")
-    return {"corpus": "librispeech", "recipe": copy, "stopped": stopped, "finished": finished,
-            "sets": ["test-clean"], "cer": False}
+    """Trained in two runs: the first stops after one batch, the second resumes."""
+    return trained_recipe(recipe_copy, run_recipe, recipe, "librispeech", stopped_first=True)
 
 
 class TestTrainingStages(TrainedRecipeChecks):

@@ -45,6 +45,7 @@ OVERRIDES = {
     "gigaspeech": TINY + " data.max_duration=15",  # its 12 training segments last about 40 s
     "aishell": TINY,
 }
+SETS = {"librispeech": ["test-clean"], "gigaspeech": ["dev", "test"], "aishell": ["dev", "test"]}
 TRAINING = ("--stage", "10", "--stop-stage", "12", "--decode-args", "decode.avg=1", "--train-args")
 
 
@@ -62,6 +63,18 @@ def training_copy(recipe_copy, prepared: Path, corpus: str) -> Path:
 def train(run_recipe, recipe: Path, corpus: str, extra: str = "", check: bool = True):
     """Stages 10-12 of the corpus recipe with the tiny settings (and ``extra`` overrides)."""
     return run_recipe(recipe, *DATA_OPTIONS[corpus], *TRAINING, OVERRIDES[corpus] + extra, check=check)
+
+
+def trained_recipe(recipe_copy, run_recipe, prepared: Path, corpus: str, stopped_first: bool = False) -> dict:
+    """Stages 10-12 in a training copy of ``prepared``: what ``TrainedRecipeChecks`` reads,
+    and with ``stopped_first`` also "stopped", a first run stopped after one batch (as if
+    killed), from whose checkpoint the finished run resumed."""
+    recipe = training_copy(recipe_copy, prepared, corpus)
+    trained = {"corpus": corpus, "recipe": recipe, "sets": SETS[corpus], "cer": corpus == "aishell"}
+    if stopped_first:
+        trained["stopped"] = train(run_recipe, recipe, corpus, " train.max_batches=1", check=False)
+    trained["finished"] = train(run_recipe, recipe, corpus)
+    return trained
 
 
 def manifest_of_test_set(trained: dict, name: str) -> Path:
