@@ -22,9 +22,9 @@ import argparse
 import dataclasses
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -82,6 +82,9 @@ class TrainingState:
     batch_in_epoch: int = 0  # microbatches of ``epoch`` already trained on
     batches_per_epoch: Optional[int] = None  # microbatches, known after the first full epoch (for ETA)
     best_valid_loss: float = float("inf")
+    # (update, training loss per frame over the log interval ending there), one entry per
+    # log line: what a recipe reads to tell a run that learned from one that stalled.
+    train_losses: List[Tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -277,12 +280,14 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
         if run.after_step is not None:
             run.after_step(run, update_batch, state)
         update_batch = new_update_batch()
-        run.report.maybe_report(
+        reported = run.report.maybe_report(
             epoch=state.epoch, batch_in_epoch=state.batch_in_epoch, batch_idx_train=state.batch_idx_train,
             lr=run.trainee.scheduler.get_last_lr()[0],
             grad_scale=run.trainee.scaler.get_scale() if run.trainee.scaler.is_enabled() else 1.0,
             batches_per_epoch=state.batches_per_epoch, max_batches=options.max_batches,
         )
+        if reported is not None:
+            state.train_losses.append((state.batch_idx_train, reported))
         if state.batch_idx_train % options.valid_interval == 0:
             validate(run, state)
         if options.max_batches and state.batch_idx_train >= options.max_batches:
@@ -331,7 +336,8 @@ def save(run: Run, state: TrainingState, path: Path) -> None:
         optimizer=run.trainee.optimizer, scheduler=run.trainee.scheduler, grad_scaler=run.trainee.scaler,
         sampler_state=resumable_sampler_state(run.train_data.sampler, state.batch_in_epoch),
         extra={"rng_per_rank": rng_per_rank, "batch_in_epoch": state.batch_in_epoch,
-               "batches_per_epoch": state.batches_per_epoch, "best_valid_loss": state.best_valid_loss},
+               "batches_per_epoch": state.batches_per_epoch, "best_valid_loss": state.best_valid_loss,
+               "train_losses": [list(entry) for entry in state.train_losses]},
     )
     logging.info("saved %s", path)
     remove_old_checkpoints(options.exp_dir, options.keep_last_k)
@@ -370,6 +376,7 @@ def resume(run: Run) -> TrainingState:
         epoch=checkpoint["epoch"], batch_idx_train=checkpoint["batch_idx_train"],
         batches_per_epoch=checkpoint.get("batches_per_epoch"),
         best_valid_loss=checkpoint.get("best_valid_loss", float("inf")),
+        train_losses=[(int(update), float(loss)) for update, loss in checkpoint.get("train_losses", [])],
     )
     if not path.name.startswith("epoch-"):
         # Mid-epoch: continue the same epoch from the first batch not yet trained on.

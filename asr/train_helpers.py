@@ -165,12 +165,13 @@ class ProgressReport:
     def maybe_report(
         self, *, epoch: int, batch_in_epoch: int, batch_idx_train: int, lr: float,
         grad_scale: float, batches_per_epoch: Optional[int], max_batches: int,
-    ) -> None:
+    ) -> Optional[float]:
         """After an update: log and write scalars when ``batch_idx_train`` (updates) hits
-        the interval. ``batch_in_epoch`` and ``batches_per_epoch`` count microbatches."""
+        the interval, and return the interval's loss per frame (else None).
+        ``batch_in_epoch`` and ``batches_per_epoch`` count microbatches."""
         self.updates += 1
         if batch_idx_train % self.log_interval != 0 or self.batches == 0:
-            return
+            return None
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.batches / elapsed
         loss = self.loss_sum / max(self.frames, 1)
@@ -188,6 +189,7 @@ class ProgressReport:
         self.scalars({"train/loss": loss, "train/lr": lr, "train/grad_scale": grad_scale,
                       "train/batches_per_second": rate}, batch_idx_train)
         self._reset()
+        return loss
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
         if self.writer is not None:

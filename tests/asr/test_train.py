@@ -1,6 +1,7 @@
 """Specification of asr.train: runs end to end and resumes bit-exactly."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,18 @@ def test_training_writes_checkpoints_logs_and_tensorboard(uninterrupted: Path) -
     assert any((uninterrupted / "tensorboard").iterdir())
 
 
+def test_checkpoints_record_the_training_losses_the_log_prints(uninterrupted: Path) -> None:
+    log = "".join(path.read_text() for path in sorted((uninterrupted / "log").glob("log-train*")))
+    printed = [(int(update), float(loss)) for update, loss in
+               re.findall(r"\(global (\d+)\): loss ([0-9.]+) per frame", log)]
+    final = load(uninterrupted / "epoch-2.pt")
+    assert len(printed) == final["batch_idx_train"]  # train.log_interval=1
+    recorded = final["train_losses"]
+    assert [update for update, _ in recorded] == [update for update, _ in printed]
+    assert [round(loss, 4) for _, loss in recorded] == pytest.approx([loss for _, loss in printed], abs=1e-4)
+    assert load(uninterrupted / "checkpoint-2.pt")["train_losses"] == recorded[:2]
+
+
 @pytest.mark.parametrize("resume_argument", ["train.start_batch=2", "train.start_epoch=2"])
 def test_resumed_training_matches_uninterrupted_bit_for_bit(
     corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path, resume_argument: str
@@ -64,6 +77,7 @@ def test_resumed_training_matches_uninterrupted_bit_for_bit(
         shutil.copy(uninterrupted / name, tmp_path / name)
     main(arguments(corpus, tmp_path, resume_argument, "data.num_workers=1"))
     assert_same_weights(load(uninterrupted / "epoch-2.pt"), load(tmp_path / "epoch-2.pt"))
+    assert load(tmp_path / "epoch-2.pt")["train_losses"] == load(uninterrupted / "epoch-2.pt")["train_losses"]
 
 
 def test_resume_with_another_model_names_the_field(corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path) -> None:

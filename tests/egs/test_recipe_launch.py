@@ -151,6 +151,27 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
         result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("options, checked", [((), True), (("--llm-config", "conf/llm_ce.yaml"), False),
+                                              (("--train-args", "train.exp_dir=exp/mine train.seed=44"), True)])
+def test_mini_stage_8_checks_its_tiny_llm_ctc_run_for_a_stall(recipe_copy, tmp_path, options, checked):
+    """egs/mini stage 8: after LLM-CTC on the tiny LM trains, local.training_stall reads its
+    folder (the one training wrote) at the threshold between the runs that learned and those
+    that stalled; the LLM-CE preset, with its own loss, is not checked."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",))
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "8", "--stop-stage", "8", *options],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    assert [command[1] for command in launches] == ["asr.train", "local.training_stall"][:1 + checked]
+    if checked:
+        folder = [a.split("=", 1)[1] for a in launches[0] if a.startswith("train.exp_dir=")][-1]  # the last wins
+        assert folder == ("exp/mine" if "--train-args" in options else "exp/full_llm_ctc")
+        check = launches[1]
+        assert check[2:5] == [folder, "--max-loss", "0.4"] and check[5] == "--remedy"
+        assert f"move {folder} aside" in check[6] and "--train-args model.projector_lr_scale=30" in check[6]
+
+
 def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_and_prints_tables_9_and_5(
         recipe_copy, tmp_path):
     """egs/mini stage 11: three trainings with stage 10's LLM-step settings but not its

@@ -1,0 +1,84 @@
+"""Did a training run stall? The newest checkpoint of an experiment folder holds the
+training loss per frame of every log interval (``asr.train``'s ``train_losses``); when
+their mean over the last ``--last-updates`` updates is above ``--max-loss``, a warning
+says so, with the measured curve and what to do (``--remedy``)::
+
+    python -m local.training_stall exp/full_llm_ctc --max-loss 0.4 \\
+        --remedy "move exp/full_llm_ctc aside and run stage 8 again with another train.seed"
+
+On egs/mini, stage 8's LLM-CTC on the tiny LM either learns (the last 100 of its 1,200
+updates at 0.12-0.20 per frame, test-clean 4.8-9.1%) or stalls with the speech
+embeddings unread (0.57-0.93 per frame, 44-55%), by the draw of the seed
+(egs/mini/RESULTS.md, "Stage 8 on the joined stage 4"); nothing between the two was
+seen. A warning, not an error: the run's files stay as they are, and the exit status is
+0 either way (2 for a folder without a checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+from asr.checkpoint import read_checkpoint_entry
+from asr.weights import newest_checkpoint
+
+
+def recent_loss(train_losses: Sequence[Tuple[int, float]], last_updates: int) -> Optional[float]:
+    """Mean loss of the log intervals that end within the last ``last_updates`` updates
+    (the last interval alone when it is longer), or None for an empty record."""
+    if not train_losses:
+        return None
+    final_update = train_losses[-1][0]
+    recent = [loss for update, loss in train_losses if update > final_update - last_updates] or [train_losses[-1][1]]
+    return sum(recent) / len(recent)
+
+
+def stall_warning(exp_dir: Path, max_loss: float, last_updates: int, remedy: str) -> Optional[str]:
+    """The warning for ``exp_dir``'s newest checkpoint, or None when it learned."""
+    checkpoint = newest_checkpoint(exp_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"exp_dir: no epoch-*.pt or checkpoint-*.pt in {exp_dir}")
+    try:
+        train_losses: List[Tuple[int, float]] = [(int(u), float(v)) for u, v in
+                                                 read_checkpoint_entry(checkpoint, "train_losses")]
+    except KeyError:
+        return (f"{checkpoint} holds no training losses (written before asr.train recorded them): "
+                f"cannot tell whether the run stalled; its log holds the curve")
+    loss = recent_loss(train_losses, last_updates)
+    if loss is None or loss <= max_loss:
+        return None
+    final_update = train_losses[-1][0]
+    shown = train_losses[:: max(1, len(train_losses) // 6)]
+    if shown[-1] != train_losses[-1]:
+        shown.append(train_losses[-1])
+    curve = ", ".join(f"{update}: {value:.3f}" for update, value in shown)
+    return (f"the run in {exp_dir} stalled: its training loss over the last {last_updates} of its "
+            f"{final_update} updates is {loss:.3f} per frame, above {max_loss:g} (update: loss per frame "
+            f"{curve}). {remedy}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("exp_dir", type=Path)
+    parser.add_argument("--max-loss", type=float, required=True,
+                        help="training loss per frame above which the run counts as stalled")
+    parser.add_argument("--last-updates", type=int, default=100,
+                        help="the loss is averaged over the log intervals ending in these last updates")
+    parser.add_argument("--remedy", default="", help="what the warning tells the user to do")
+    args = parser.parse_args(argv)
+    if args.max_loss <= 0 or args.last_updates <= 0:
+        parser.error(f"--max-loss and --last-updates must be > 0, got {args.max_loss:g} and {args.last_updates}")
+    try:
+        warning = stall_warning(args.exp_dir, args.max_loss, args.last_updates, args.remedy)
+    except FileNotFoundError as error:
+        print(f"ERROR: {error}", file=sys.stderr)
+        return 2
+    if warning is not None:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
