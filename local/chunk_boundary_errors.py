@@ -152,16 +152,37 @@ def decode_recogs(folder: Path, sets: Sequence[str], history: Optional[int] = No
     return paths
 
 
+def whole_audio_features(cuts: CutSet) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(B, T, bins) log-mel fbank of each cut's whole audio, padded as Lhotse pads stored
+    features, and the lengths T."""
+    from lhotse.utils import LOG_EPSILON
+
+    from asr.chunk_features import ChunkFbank, DEFAULT_MEL_BINS
+
+    frontend = ChunkFbank(DEFAULT_MEL_BINS)
+    per_cut = []
+    for cut in cuts:
+        if not cut.has_recording:
+            raise ValueError(f"cut {cut.id} has neither stored features nor a recording to compute them from")
+        audio = cut.load_audio()
+        per_cut.append(frontend(audio[0] if audio.ndim == 2 else audio))
+    lengths = torch.tensor([f.shape[0] for f in per_cut])
+    return torch.nn.utils.rnn.pad_sequence(per_cut, batch_first=True, padding_value=LOG_EPSILON), lengths
+
+
 def cut_bins(model, cuts: CutSet, tokenizer, chunk_seconds: float, edges: Sequence[float],
              batch_size: int = 8) -> Dict[str, List[str]]:
-    """cut id -> the row of each reference word (by ``tokenizer.normalize_reference``)."""
+    """cut id -> the row of each reference word (by ``tokenizer.normalize_reference``).
+    Cuts without stored features (``local.join_utterances``' recordings) get the whole
+    audio's fbank, computed as the stored features were."""
     from lhotse.dataset.input_strategies import PrecomputedFeatures
 
     stored, cut_list, bins = PrecomputedFeatures(), list(cuts), {}
     with torch.inference_mode():
         for start in range(0, len(cut_list), batch_size):
             batch = CutSet.from_cuts(cut_list[start:start + batch_size])
-            for cut, log_probs in zip(batch, whole_log_probs(model, *stored(batch))):
+            features = stored(batch) if all(cut.has_features for cut in batch) else whole_audio_features(batch)
+            for cut, log_probs in zip(batch, whole_log_probs(model, *features)):
                 text = " ".join(s.text for s in cut.supervisions)
                 words = text.split()
                 if len(tokenizer.normalize_reference(text).split()) != len(words):

@@ -199,7 +199,9 @@ fi
 if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_dir"; then
   train_model
   if [ "$llm" = tiny ] && [ "$(basename "$llm_config")" = llm_ctc.yaml ]; then
-    remedy="Stages 10 and 11 start from it: move $exp_dir aside and train stage 8 again, at 30x"
+    remedy=""
+    [ "$exp_dir" != "exp/${tag}_llm_ctc" ] || remedy="Stages 10 and 11 start from it: "
+    remedy+="move $exp_dir aside and train stage 8 again, at 30x"
     remedy+=" (./run.sh --stage 8 --stop-stage 9 --train-args model.projector_lr_scale=30: no stall in five"
     remedy+=" seeds on the default stage 4) or with another train.seed (RESULTS.md, \"What a stalled run looks like inside\")."
     python -m local.training_stall "$exp_dir" --max-loss 0.4 --remedy "$remedy"

@@ -170,6 +170,8 @@ def test_mini_stage_8_checks_its_tiny_llm_ctc_run_for_a_stall(recipe_copy, tmp_p
         check = launches[1]
         assert check[2:5] == [folder, "--max-loss", "0.4"] and check[5] == "--remedy"
         assert f"move {folder} aside" in check[6] and "--train-args model.projector_lr_scale=30" in check[6]
+        # Only the recipe's own folder is where stages 10 and 11 start from.
+        assert check[6].startswith("Stages 10 and 11 start from it: ") == (folder == "exp/full_llm_ctc")
 
 
 def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_and_prints_tables_9_and_5(

@@ -78,6 +78,23 @@ def test_the_table_counts_every_word_once(small_training_corpus, tmp_path, capsy
     assert sum(int(row[1]) for row in rows) == 15
     with pytest.raises(SystemExit):
         main(arguments[:6] + ["--recogs", "nofile"])
+    # Cuts without stored features (local.join_utterances' recordings): the whole audio's
+    # fbank, as the stored features were computed, places the words the same.
+    from lhotse import load_manifest
+
+    from local.chunk_boundary_errors import whole_audio_features
+    from lhotse.dataset.input_strategies import PrecomputedFeatures
+
+    cuts = load_manifest(small_training_corpus["train"])
+    computed, computed_lens = whole_audio_features(cuts)
+    stored, stored_lens = PrecomputedFeatures()(cuts)
+    assert torch.equal(computed_lens, stored_lens.to(computed_lens.dtype))
+    assert (computed - stored).abs().max() < 0.05, (computed - stored).abs().max()
+    audio_only = tmp_path / "audio_only.jsonl.gz"
+    cuts.drop_features().to_file(audio_only)
+    arguments[2] = str(audio_only)
+    main(arguments)
+    assert capsys.readouterr().out == table
 
 
 def test_decode_folders_give_the_recogs_of_their_best_setting(tmp_path):
