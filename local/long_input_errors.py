@@ -4,7 +4,9 @@ decoded chunk by chunk, and of the same sentences decoded one by one, counted by
 in its sentence (first word, last word, the others), by the time its sentence starts in
 the recording (10 s bins), and, for the first word after a join, by where in its 2 s
 chunk its sentence starts (quarters of a chunk: whether a sentence start on a chunk
-boundary fares better than one inside a chunk)::
+boundary fares better than one inside a chunk); then each word beside the same word decoded
+one by one (wrong in both, only in the recording, only one by one), for the words where two
+sentences meet and the others::
 
     python -m local.long_input_errors data/full/test_long \\
         data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
@@ -28,6 +30,9 @@ import kaldialign
 from asr.scoring import ERROR_SYMBOL, read_recogs
 
 PLACES = ("first", "last", "other")
+# The word-by-word rows: a word at a join is the first or the last word of a sentence where
+# it meets another in the recording (not the recording's own first or last word).
+BY_WORD, JOIN, INSIDE = "word by word", "at a join", "inside a sentence"
 CORRECT, SUBSTITUTED, DELETED = "C", "S", "D"
 
 
@@ -66,11 +71,13 @@ def count_errors(recordings: Sequence[Tuple[List[str], List[str], List[Tuple[str
                  chunk_seconds: float = 2.0) -> Dict[str, Counter]:
     """Counters of (decode, flag) per place, per start-time bin ('0-10 s', ...) and, for the
     first words of the sentences after a join, per part of a ``chunk_seconds`` chunk their
-    sentence starts in (:func:`chunk_phase_key`), and the insertions: ``recordings`` holds
+    sentence starts in (:func:`chunk_phase_key`), the insertions, and under ``BY_WORD``
+    each word's (JOIN or INSIDE, wrong in the recording, wrong one by one): ``recordings`` holds
     each long recording's (reference, hypothesis, [(sentence cut id, its duration)] in
     order); ``sentences`` the one-by-one results by cut id."""
     table: Dict[str, Counter] = {}
     insertions = Counter()
+    by_word = Counter()
     for reference, hypothesis, members in recordings:
         long_flags, inserted = reference_word_errors(reference, hypothesis)
         insertions["long"] += inserted
@@ -84,6 +91,8 @@ def count_errors(recordings: Sequence[Tuple[List[str], List[str], List[Tuple[str
             low = int(start // bin_seconds) * bin_seconds
             for j, one_flag in enumerate(one_flags):
                 keys = [place_in_sentence(j, len(one_flags)), f"{low:.0f}-{low + bin_seconds:.0f} s"]
+                at_join = (j == 0 and word > 0) or (j == len(one_flags) - 1 and word + j < len(reference) - 1)
+                by_word[JOIN if at_join else INSIDE, long_flags[word + j] != CORRECT, one_flag != CORRECT] += 1
                 if j == 0 and word > 0:
                     keys.append(chunk_phase_key(start, chunk_seconds))
                 for key in keys:
@@ -95,6 +104,7 @@ def count_errors(recordings: Sequence[Tuple[List[str], List[str], List[Tuple[str
         if word != len(reference):
             raise ValueError(f"a long recording's reference has {len(reference)} words, its sentences {word}")
     table["insertions"] = insertions
+    table[BY_WORD] = by_word
     return table
 
 
@@ -116,6 +126,19 @@ def format_table(table: Dict[str, Counter]) -> str:
         lines.append(f"| {label} | {count} | {cell(row, 'long')} | {cell(row, 'one by one')} |")
     inserted = table["insertions"]
     lines.append(f"| inserted words | - | {inserted['long']} | {inserted['one by one']} |")
+    return "\n".join(lines) + "\n"
+
+
+def format_word_by_word(table: Dict[str, Counter]) -> str:
+    """Each reference word of the recordings beside the same word decoded one by one: wrong
+    in both, only in the recording (the recordings' own errors) or only one by one, for the
+    words at a join and the others."""
+    counts = table[BY_WORD]
+    lines = ["| words | count | wrong in both | only in the recording | only one by one |", "|---|---|---|---|---|"]
+    for edge in (JOIN, INSIDE):
+        total = sum(counts[edge, long_wrong, one_wrong] for long_wrong in (False, True) for one_wrong in (False, True))
+        lines.append(f"| {edge} | {total} | {counts[edge, True, True]} | {counts[edge, True, False]} | "
+                     f"{counts[edge, False, True]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -148,6 +171,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   for cut_id, (reference, hypothesis) in sorted(long_results.items())]
     table = count_errors(recordings, read_recogs(args.sentence_recogs), chunk_seconds=args.chunk_seconds)
     print(format_table(table), end="")
+    print()
+    print(format_word_by_word(table), end="")
 
 
 if __name__ == "__main__":

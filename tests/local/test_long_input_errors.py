@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from local.long_input_errors import (chunk_phase_key, count_errors, format_table, main,
-                                     place_in_sentence, reference_word_errors)
+from local.long_input_errors import (BY_WORD, chunk_phase_key, count_errors, format_table, format_word_by_word,
+                                     main, place_in_sentence, reference_word_errors)
 
 
 def test_places_in_a_sentence():
@@ -47,6 +47,13 @@ def test_errors_are_counted_at_each_words_place_and_its_sentences_start():
     assert lines.index("| first word after a join, 0.0-0.5 s into a chunk | 1 | 100.0% (0 S, 1 D) | 0.0% (0 S, 0 D) |") \
         < lines.index("| first word after a join, 1.0-1.5 s into a chunk | 1 | 0.0% (0 S, 0 D) | 0.0% (0 S, 0 D) |") \
         < lines.index("| sentence starting at 0-10 s | 7 | 28.6% (1 S, 1 D) | 0.0% (0 S, 0 D) |")
+    # Word by word: the words where two sentences meet are c, d (s1 | s2) and g, i (s2 | s3);
+    # a and j open and close the recording. c and d are wrong only in the recording, j only
+    # one by one.
+    assert table[BY_WORD] == {("at a join", True, False): 2, ("at a join", False, False): 2,
+                              ("inside a sentence", False, False): 4, ("inside a sentence", False, True): 1}
+    assert format_word_by_word(table).splitlines()[2:] == ["| at a join | 4 | 0 | 2 | 0 |",
+                                                           "| inside a sentence | 5 | 0 | 0 | 1 |"]
 
 
 @pytest.mark.parametrize("start, chunk, expected", [
