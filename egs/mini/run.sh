@@ -20,8 +20,8 @@
 # and beside it, on a second core, stage 10's Zipformer fine-tuned on 2 s chunk windows),
 # 8 train LLM-CTC (or LLM-CE) with --llm-config, 9 decode it (dev-clean and test-clean);
 # 10 streaming LLM-CTC from the same preset, started from stage 8's, on the Zipformer
-# fine-tuned on 2 s chunk windows: train both (the encoder where stage 7 did not), decode dev-clean and test-clean at h = 2, 4,
-# 8 s, per-chunk latency over 60 s, and the test sentences joined into 30-60 s recordings
+# fine-tuned on 2 s chunk windows: train both (the encoder where stage 7 did not), decode
+# dev-clean and test-clean at h = 2, 4, 8 s, per-chunk latency over 60 s, and the test sentences joined into 30-60 s recordings
 # decoded chunk by chunk at h = 2 s; 11 the same LLM step on single sentences offline with
 # each readout and streaming, the paper's Tables 9 and 5 of those models and stage 10's,
 # and their errors by distance from a chunk boundary.
@@ -169,8 +169,8 @@ encoder_weights=$zipformer_exp_dir/decoding.pt
 # Stage 10's encoder: stage 4's Zipformer fine-tuned on 2 s chunk windows (conf/train_streaming.yaml:
 # each chunk's window of h s history and the chunk, as streaming reads it; RESULTS.md, "A
 # Zipformer trained on chunk windows"). Stage 7 trains it beside the tiny LM, whose one thread
-# leaves a core idle for 20 minutes and more (RESULTS.md, "Stage 10 after a stage 7 that trained
-# its encoder"); stage 10 trains it where stage 7 did not (one core, --llm smollm2, another
+# leaves a core idle for 20 minutes and more (RESULTS.md, "Faster Swoosh activations, and stage
+# 10's encoder trained in stage 7"); stage 10 trains it where stage 7 did not (one core, --llm smollm2, another
 # --streaming-lookahead).
 lookahead_settings=() lookahead_suffix=""
 if awk -v s="$streaming_lookahead" 'BEGIN { exit !(s > 0) }'; then
