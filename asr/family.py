@@ -102,6 +102,15 @@ class Recognizer(nn.Module, metaclass=abc.ABCMeta):
         """Inverse of :meth:`checkpoint_state_dict`."""
         self.load_state_dict(state)
 
+    def uses_every_trained_weight(self) -> bool:
+        """Whether every weight that trains takes part in every training step's loss. Under
+        DDP, False (the default) has it look for unused weights after every forward pass
+        (``find_unused_parameters``: a walk over the whole autograd graph, 6-9% of a
+        two-process update of egs/mini's stage 10, egs/mini/RESULTS.md); a model that skips
+        layers at random, as the Zipformer's schedules do, must say False. A True that is
+        wrong stops the next update with DDP's error naming the unused weights."""
+        return False
+
     def prepare_for_decoding(self) -> None:
         """Called once after the trained weights are loaded for decoding or export (e.g.
         LoRA merged into the base weights). Default: nothing."""

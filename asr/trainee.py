@@ -36,7 +36,8 @@ def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blan
     if world_size > 1:
         keep_gradient_strides(model)
         device_ids = [local_rank] if device.type == "cuda" else None
-        trained_model = DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        trained_model = DistributedDataParallel(model, device_ids=device_ids,
+                                                find_unused_parameters=not model.uses_every_trained_weight())
         if options.zero1:
             optimizer = zero1_optimizer(optimizer, scheduler)
     elif options.zero1:

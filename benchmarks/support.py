@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import resource
 import shlex
 import signal
@@ -94,6 +95,31 @@ def discarded_mass(head_input: torch.Tensor, frame_counts: torch.Tensor, weight:
         delta = -torch.expm1(-(losses - exact))
         deltas[beam] = torch.where(stats.excluded, torch.ones_like(delta), delta)
     return exact, deltas
+
+
+# ---------------------------------------------------------------- chunk windows
+# Paper Sec. 4.3, App. D.4: the chunk-window Zipformer reads, for each 2 s chunk, the h
+# seconds before it and the chunk (fbank at 100 frames per second).
+FRAMES_PER_SECOND = 100
+
+
+def batch_windows(kind: str, max_duration: float, history: int, generator: random.Random) -> list[torch.Tensor]:
+    """The encoder inputs of one batch's chunk windows (2 s chunks, ``history`` s) over
+    random fbank: "sentences" of 2-4 s or "joined" examples of 8-10 s, filling at most
+    ``max_duration`` seconds."""
+    from asr.chunk_windows import chunk_windows
+    from zipformer.windows import window_input
+
+    low, high = (2.0, 4.0) if kind == "sentences" else (8.0, 10.0)
+    windows, total = [], 0.0
+    while True:
+        seconds = generator.uniform(low, high)
+        if total + seconds > max_duration:
+            break
+        total += seconds
+        features = torch.randn(int(seconds * FRAMES_PER_SECOND), 80)
+        windows += [window_input(past, chunk)[0] for past, chunk, _ in chunk_windows(features, 2, history)]
+    return windows
 
 
 # ---------------------------------------------------------------- memory and time

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from asr.family import FrameCount, Recognizer
 from llm_ctc.config import LLMASRConfig
-from llm_ctc.encoders import build_speech_encoder
+from llm_ctc.encoders import ZipformerSpeechEncoder, build_speech_encoder
 from llm_ctc.language_model import add_lora, is_lora_wrapped, load_pretrained_lm, load_tokenizer
 from llm_ctc.projector import MLPProjector, build_projector
 
@@ -111,6 +111,12 @@ class SpeechLLM(Recognizer):
     def output_lengths(self, num_feature_frames: FrameCount) -> FrameCount:
         """LLM speech positions T_n for a number of feature frames (an int or a tensor)."""
         return self.projector.output_lengths(self.encoder.output_lengths(num_feature_frames))
+
+    def uses_every_trained_weight(self) -> bool:
+        """LoRA, the projector, q and the blank offset take part in every loss, and so does a
+        trained Zipformer encoder, which runs in evaluation mode (no layer skipped); a
+        trained encoder of another type is not vouched for."""
+        return not self.encoder.trainable or isinstance(self.encoder, ZipformerSpeechEncoder)
 
     def checkpoint_state_dict(self) -> Dict[str, Tensor]:
         """Only the parameters that train (LoRA, projector, query, blank offset)."""

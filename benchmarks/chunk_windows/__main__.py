@@ -23,27 +23,12 @@ from typing import List, Sequence
 import torch
 
 from asr.atomic_io import write_text_atomically
-from asr.chunk_windows import chunk_windows, encode_windows, padded_batch
+from asr.chunk_windows import encode_windows, padded_batch
 from asr.config import load_run_config
 from asr.family import load_family
-from benchmarks.support import REPO, interleaved_times, provenance_lines, write_csv
-from zipformer.windows import window_input
+from benchmarks.support import (FRAMES_PER_SECOND, REPO, batch_windows, interleaved_times, provenance_lines,
+                                write_csv)
 
-FRAMES_PER_SECOND = 100
-
-
-def batch_windows(kind: str, max_duration: float, history: int, generator: random.Random) -> List[torch.Tensor]:
-    """The encoder inputs of one batch's chunk windows (2 s chunks, ``history`` s)."""
-    low, high = (2.0, 4.0) if kind == "sentences" else (8.0, 10.0)
-    windows, total = [], 0.0
-    while True:
-        seconds = generator.uniform(low, high)
-        if total + seconds > max_duration:
-            break
-        total += seconds
-        features = torch.randn(int(seconds * FRAMES_PER_SECOND), 80)
-        windows += [window_input(past, chunk)[0] for past, chunk, _ in chunk_windows(features, 2, history)]
-    return windows
 
 
 def one_padded_batch(encoder, windows: Sequence[torch.Tensor]) -> List[torch.Tensor]:

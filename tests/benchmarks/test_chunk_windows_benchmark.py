@@ -1,12 +1,12 @@
-"""benchmarks.chunk_windows: a batch's windows are, for each 2 s chunk of utterances that
-fill at most max_duration seconds, the h seconds of history, the chunk and ten copies of
-its last frame."""
+"""benchmarks.support.batch_windows, the batches of the chunk_windows and swoosh programs:
+a batch's windows are, for each 2 s chunk of utterances that fill at most max_duration
+seconds, the h seconds of history, the chunk and ten copies of its last frame."""
 
 import random
 
 import torch
 
-from benchmarks.chunk_windows.__main__ import batch_windows
+from benchmarks.support import batch_windows
 
 
 def expected_lengths(kind: str, max_duration: float, history: int, seed: int):

@@ -147,3 +147,50 @@ def test_a_missing_encoder_checkpoint_is_one_line_and_leaves_nothing_behind(smal
     with pytest.raises(SystemExit, match=f"^ERROR: model.encoder_path: Zipformer checkpoint not found: {missing}$"):
         train([*arguments, f"model.encoder_path={missing}"])
     assert not exp_dir.exists()
+
+
+@pytest.mark.parametrize("settings", [
+    dict(objective="ctc", readout="query"),
+    dict(objective="ctc", readout="speech"),
+    dict(objective="ce"),
+    dict(objective="ctc", readout="query", encoder_lr_scale=0.1, encoder_trained_blocks=2),
+    dict(objective="ctc", readout="query", encoder_lr_scale=0.1, streaming=True),
+])
+def test_a_model_that_vouches_for_every_trained_weight_gives_each_a_gradient(settings, ctc_config,
+                                                                               qwen3_tokenizer) -> None:
+    """asr.trainee turns DDP's search for unused weights off on the model's word: one
+    backward pass must reach every weight that trains (an unused one has no gradient)."""
+    import dataclasses
+
+    from llm_ctc import build_model
+
+    torch.manual_seed(4)
+    model = build_model(dataclasses.replace(ctc_config, **settings), tokenizer=qwen3_tokenizer).train()
+    assert model.uses_every_trained_weight()
+    features, lengths = random_features([230, 150], seed=5)
+    loss, _ = model.loss(features, lengths, model.encode_texts(["hello world", "good morning"]))
+    loss.backward()
+    trained = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    assert [name for name, p in trained.items() if p.grad is None] == []
+    assert any(name.startswith("encoder.") for name in trained) == ("encoder_lr_scale" in settings)
+
+
+def test_the_zipformer_skips_layers_so_it_does_not_vouch_for_its_weights() -> None:
+    """The default (DDP searches for unused weights) is what the Zipformer needs: early in
+    training its stochastic schedules skip whole layers, whose weights then get no gradient."""
+    from zipformer.model import CTCModel
+    from zipformer.presets import get_preset
+    from zipformer.scaling import set_batch_count
+
+    torch.manual_seed(6)
+    model = CTCModel(get_preset("tiny", vocab_size=30)).train()
+    set_batch_count(model, 0.0)
+    assert not model.uses_every_trained_weight()
+    unused_in_some_step = set()
+    features, lengths = random_features([300, 250], seed=7)
+    for _ in range(6):
+        model.zero_grad(set_to_none=True)
+        loss, _ = model(features, lengths, [[1, 2, 3], [4, 5]], return_stats=True)
+        loss.backward()
+        unused_in_some_step |= {name for name, p in model.named_parameters() if p.grad is None}
+    assert unused_in_some_step
