@@ -192,14 +192,15 @@ llm_name=$([ "$llm" = tiny ] && echo "a tiny Qwen3" || echo "SmolLM2-135M-Instru
 if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encoder_weights, $llm_name in $llm_dir"; then
   python -m local.export_decoding_weights "$zipformer_exp_dir" "$encoder_weights"
   if [ "$llm" = tiny ]; then
-    # Stage 10's encoder beside the LM, in one process of one thread (a subshell: its
-    # settings stay its own), where a second core is free; asr.train resumes it or says
-    # that it is finished.
+    # Stage 10's encoder beside the LM where a second core is free, with stage 10's command
+    # (two processes of one thread by default: the same updates as stage 10 trains, which
+    # one process does not draw; RESULTS.md, "The window step in one process or two") in a
+    # subshell, its settings its own; asr.train resumes it or says that it is finished.
     window_step=""
     if [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ]; then
       log "training stage 10's encoder ($streaming_encoder_dir, conf/train_streaming.yaml) beside the tiny LM," \
-        "one thread each; its log: $streaming_encoder_dir/log/"
-      (cpu_processes=1 && export OMP_NUM_THREADS=1 && train_streaming_encoder > /dev/null) &
+        "in $stage10_processes process(es) of one thread; its log: $streaming_encoder_dir/log/"
+      (cpu_processes=$stage10_processes && export OMP_NUM_THREADS=1 && train_streaming_encoder > /dev/null) &
       window_step=$!
     fi
     # One thread: the same LM bit for bit on every run (torch's sums in another order give

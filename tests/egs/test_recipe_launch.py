@@ -161,12 +161,19 @@ exec "{real}" "$@"
 """
 
 
-@pytest.mark.parametrize("cores, options", [(2, ()), (1, ()), (2, ("--streaming-lookahead", "0.32"))])
-def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, tmp_path, cores, options):
-    """egs/mini stage 7 on two cores or more: stage 10's chunk-window encoder, in one
-    process of one thread, beside the tiny LM's one thread, with the very command that
-    stage 10 gives it in one process (which then finds it finished); on one core, stage 10
-    trains it."""
+def launched_program(command: list) -> str:
+    """The module a recorded launch runs: asr.train, also under torchrun."""
+    return command[len(command) - 1 - command[::-1].index("-m") + 1]
+
+
+@pytest.mark.parametrize("cores, options, processes", [
+    (2, (), 2), (1, (), 0), (2, ("--streaming-lookahead", "0.32"), 2), (2, ("--cpu-processes", "1"), 1),
+])
+def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, tmp_path, cores, options, processes):
+    """egs/mini stage 7 on two cores or more: stage 10's chunk-window encoder beside the
+    tiny LM's one thread, in stage 10's processes of one thread each (two by default), with
+    the very command that stage 10 gives it (which then finds it finished); on one core,
+    stage 10 trains it."""
     recipe = recipe_copy("mini")
     env, record = recorded_mini_programs(recipe, tmp_path, cores,
                                          ("exp/full_pruned_ctc/decoding.pt", "exp/full_llm_ctc/checkpoint-1200.pt"))
@@ -175,30 +182,32 @@ def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, t
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     launches = [shlex.split(line) for line in record.read_text().splitlines()]
-    programs = sorted(command[2] for command in launches)
-    expected = ["local.export_decoding_weights", "local.pretrain_tiny_lm"] + (["asr.train"] if cores >= 2 else [])
+    programs = sorted(launched_program(command) for command in launches)
+    expected = ["local.export_decoding_weights", "local.pretrain_tiny_lm"] + (["asr.train"] if processes else [])
     assert programs == sorted(expected), launches
-    assert [command[2] for command in launches][0] == "local.export_decoding_weights"  # the window step's start
-    lm = next(command for command in launches if command[2] == "local.pretrain_tiny_lm")
+    assert launched_program(launches[0]) == "local.export_decoding_weights"  # the window step's start
+    lm = next(command for command in launches if launched_program(command) == "local.pretrain_tiny_lm")
     assert lm[lm.index("--threads") + 1] == "1"
-    if cores < 2:
+    if not processes:
         return
-    [window_step] = [command for command in launches if command[2] == "asr.train"]
-    assert window_step[0] == "OMP_NUM_THREADS=1" and window_step[1:4] == ["-m", "asr.train", "--config"]
-    folder = "exp/full_pruned_ctc_streaming" + ("_lookahead0.32" if options else "")
+    [window_step] = [command for command in launches if launched_program(command) == "asr.train"]
+    assert window_step[0] == "OMP_NUM_THREADS=1"
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
+    assert window_step[1:window_step.index("asr.train") - 1] == (torchrun if processes > 1 else [])
+    folder = "exp/full_pruned_ctc_streaming" + ("_lookahead0.32" if "--streaming-lookahead" in options else "")
     assert "beside the tiny LM" in result.stdout and f"{folder}/log/" in result.stdout
-    # Stage 10 in one process launches the same training.
+    assert f"in {processes} process(es) of one thread" in result.stdout
+    # Stage 10 with the same options launches the same training.
     record.unlink()
     (tmp_path / "bin" / "python").write_text(MINI_STAGE_10_PYTHON.format(record=record, real=sys.executable))
-    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10",
-                             "--cpu-processes", "1", *options],
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10", *options],
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     stage_10_window_step = next(shlex.split(line) for line in record.read_text().splitlines()
                                 if "conf/train_streaming.yaml" in line)
     assert window_step[1:] == stage_10_window_step
     assert f"train.exp_dir={folder}" in window_step and "train.init_from=exp/full_pruned_ctc/decoding.pt" in window_step
-    assert ("model.streaming_lookahead_seconds=0.32" in window_step) == bool(options)
+    assert ("model.streaming_lookahead_seconds=0.32" in window_step) == ("--streaming-lookahead" in options)
 
 
 @pytest.mark.parametrize("options, checked", [((), True), (("--llm-config", "conf/llm_ce.yaml"), False),
