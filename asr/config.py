@@ -111,10 +111,13 @@ class DataOptions:
     # icefall's --concatenate-cuts), so that sentences start anywhere in a streaming
     # model's chunks; 0: each cut alone. ``concatenate_probability``: the share of
     # batches joined (drawn per batch from its cuts, so a resumed run draws the same),
-    # the rest left as single sentences.
+    # the rest left as single sentences. ``concatenate_each``: "batch", the whole batch
+    # joined or not; "cut", each cut drawn with ``concatenate_probability`` and the drawn
+    # ones joined, so that every batch holds joined and single sentences alike.
     concatenate_seconds: float = 0.0
     concatenate_gap: float = 0.1
     concatenate_probability: float = 1.0
+    concatenate_each: str = "batch"
 
     def __post_init__(self) -> None:
         positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size",
@@ -139,6 +142,8 @@ class DataOptions:
                 raise ValueError(f"data.{name} must be >= 0 (seconds), got {getattr(self, name)!r}")
         if not 0.0 <= self.concatenate_probability <= 1.0:
             raise ValueError(f"data.concatenate_probability must be in [0, 1], got {self.concatenate_probability!r}")
+        if self.concatenate_each not in ("batch", "cut"):
+            raise ValueError(f"data.concatenate_each must be 'batch' or 'cut', got {self.concatenate_each!r}")
         if self.feature_chunk_seconds is not None and self.feature_chunk_seconds < 0:
             raise ValueError(f"data.feature_chunk_seconds must be >= 0 (whole seconds; 0: per cut), got "
                              f"{self.feature_chunk_seconds!r}")

@@ -172,6 +172,8 @@ class AsrDataset(torch.utils.data.Dataset):
             seconds apart, into cuts of at most that many seconds (training only).
         concatenate_probability: the share of batches joined (drawn from each batch's
             cuts and ``seed``), the others left as they are.
+        concatenate_each: "batch": the whole batch joined or not; "cut": each cut drawn
+            with ``concatenate_probability``, the drawn ones joined, the rest alone.
     """
 
     def __init__(
@@ -188,8 +190,12 @@ class AsrDataset(torch.utils.data.Dataset):
         concatenate_seconds: float = 0.0,
         concatenate_gap: float = 0.1,
         concatenate_probability: float = 1.0,
+        concatenate_each: str = "batch",
     ) -> None:
         super().__init__()
+        if concatenate_each not in ("batch", "cut"):
+            raise ValueError(f"concatenate_each must be 'batch' or 'cut', got {concatenate_each!r}")
+        self.concatenate_each = concatenate_each
         self.concatenate = (CutConcatenate(gap=concatenate_gap, max_duration=concatenate_seconds)
                             if concatenate_seconds > 0 else None)
         self.concatenate_probability = concatenate_probability
@@ -214,8 +220,8 @@ class AsrDataset(torch.utils.data.Dataset):
             raise TypeError(
                 f"AsrDataset is indexed by a CutSet (from a Lhotse sampler), got {type(cuts).__name__}"
             )
-        if self.concatenate is not None and self._joins(cuts):
-            cuts = self.concatenate(cuts)
+        if self.concatenate is not None:
+            cuts = self._join(cuts)
         cuts = cuts.sort_by_duration(ascending=False)
         batch_seed = self._batch_seed(cuts)
         if self.noise_cuts is not None:
@@ -245,12 +251,19 @@ class AsrDataset(torch.utils.data.Dataset):
             "cut_ids": [cut.id for cut in cuts],
         }
 
-    def _joins(self, cuts: CutSet) -> bool:
-        """Whether this batch is joined (``concatenate_probability``; the same batch
-        draws the same in every run)."""
+    def _join(self, cuts: CutSet) -> CutSet:
+        """The batch with the cuts ``concatenate_probability`` and ``concatenate_each``
+        draw joined back to back (the same batch draws the same in every run)."""
         if self.concatenate_probability >= 1.0:
-            return True
-        return random.Random(self._batch_seed(cuts) ^ 0x5A5A).random() < self.concatenate_probability
+            return self.concatenate(cuts)
+        draw = random.Random(self._batch_seed(cuts) ^ 0x5A5A)
+        if self.concatenate_each == "batch":
+            return self.concatenate(cuts) if draw.random() < self.concatenate_probability else cuts
+        drawn = [draw.random() < self.concatenate_probability for _ in cuts]
+        if sum(drawn) < 2:
+            return cuts
+        joined = self.concatenate(CutSet.from_cuts(cut for cut, chosen in zip(cuts, drawn) if chosen))
+        return CutSet.from_cuts([*joined, *(cut for cut, chosen in zip(cuts, drawn) if not chosen)])
 
     def _batch_seed(self, cuts: CutSet) -> int:
         digest = hashlib.blake2b(digest_size=8)
@@ -313,6 +326,7 @@ def build_train_dataloader(
         concatenate_seconds=options.concatenate_seconds,
         concatenate_gap=options.concatenate_gap,
         concatenate_probability=options.concatenate_probability,
+        concatenate_each=options.concatenate_each,
     )
     sampler = DynamicBucketingSampler(
         cuts,

@@ -230,3 +230,37 @@ def test_a_share_of_batches_is_joined_and_a_rerun_joins_the_same(cuts) -> None:
     assert not any(joined(0.0, [0])) and all(joined(1.0, [0]))
     with pytest.raises(ValueError, match=r"data.concatenate_probability must be in \[0, 1\]"):
         DataOptions(concatenate_probability=1.5)
+
+
+def test_each_cut_drawn_for_a_join_mixes_joined_and_single_sentences_in_every_batch(cuts) -> None:
+    """data.concatenate_each=cut: each cut drawn with concatenate_probability, the drawn ones
+    joined (one example, as 60 s hold them), the others alone: every sentence once, batches
+    that hold both, as many joined sentences as the draws give; "batch" joins all or none."""
+    texts = [c.supervisions[0].text for c in cuts]
+
+    def batch_texts(seed: int, each: str) -> List[str]:
+        dataset = AsrDataset(concatenate_seconds=60, concatenate_probability=0.5, concatenate_each=each, seed=seed)
+        return dataset[cuts]["texts"]
+
+    joined_sentences, mixed = 0, 0
+    for seed in range(100):
+        out = batch_texts(seed, "cut")
+        assert out == batch_texts(seed, "cut")  # a rerun draws the same
+        single = [t for t in out if t in texts]
+        joined = [t for t in out if t not in texts]
+        assert len(joined) <= 1, out
+        members = [t for t in texts if t not in single]
+        if joined:
+            assert len(members) >= 2 and sorted(joined[0].split()) == sorted(" ".join(members).split())
+        else:
+            assert len(single) == len(texts)
+        joined_sentences += len(members)
+        mixed += bool(joined) and bool(single)
+        whole = batch_texts(seed, "batch")
+        assert len(whole) == 1 or sorted(whole) == sorted(texts)
+    # Per batch: k ~ Binomial(4, 1/2) drawn, joined when k >= 2: mean 1.75 sentences (sd 1.30),
+    # both kinds when k is 2 or 3 (10 in 16); bounds +-4 sd over 100 batches.
+    assert 123 <= joined_sentences <= 227, joined_sentences
+    assert 43 <= mixed <= 82, mixed
+    with pytest.raises(ValueError, match="data.concatenate_each must be 'batch' or 'cut'"):
+        DataOptions(concatenate_each="update")
