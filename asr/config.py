@@ -59,6 +59,7 @@ CHANGEABLE_ON_RESUME = (
     "train.num_epochs", "train.start_epoch", "train.start_batch", "train.exp_dir", "train.auto_resume",
     "train.log_interval", "train.valid_interval", "train.save_every_n", "train.keep_last_k",
     "train.max_batches", "train.tensorboard", "train.device", "train.zero1", "train.accum_grad", "train.init_from",
+    "train.virtual_ranks",
     "data.num_workers",
     "data.train_cuts", "data.valid_cuts", "data.musan_cuts", "train.lang_dir", "decode",
 )
@@ -187,6 +188,12 @@ class TrainOptions:
     # save_every_n, average_period, valid_interval, log_interval, the schedules) counts
     # updates; checkpoints fall on update boundaries only (asr/train.py).
     accum_grad: int = 1
+    # Ranks per process (asr/rank_group.py): each process trains as this many DDP ranks
+    # of a world of processes x virtual_ranks, drawing each rank's batches and averaging
+    # their gradients as DDP does, so one process makes the updates of several (a run
+    # planned on 2 GPUs on one, or a laptop's one core). A run resumes with any number of
+    # processes and virtual_ranks of the same product.
+    virtual_ranks: int = 1
     # Fine-tuning (ESPnet's --init_param, icefall's --finetune-ckpt): the model weights
     # of this checkpoint file (its "model" entry, as asr.train and
     # local.export_decoding_weights write it) start the run instead of a random
@@ -202,7 +209,8 @@ class TrainOptions:
         if not self.schedule_ref_duration > 0:
             raise ValueError(f"train.schedule_ref_duration must be > 0 seconds, got "
                              f"{self.schedule_ref_duration}")
-        for name in ("num_epochs", "average_period", "log_interval", "valid_interval", "accum_grad"):
+        for name in ("num_epochs", "average_period", "log_interval", "valid_interval", "accum_grad",
+                     "virtual_ranks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.start_epoch > 1 and self.start_batch > 0:

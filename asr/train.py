@@ -13,7 +13,9 @@ there; ``train.start_batch=<B>`` (``checkpoint-<B>.pt``) or ``train.start_epoch=
 The program reads top to bottom: data, model, optimizer and schedule, resume, the loop
 (step, average, log, validate, checkpoint). Only rank 0 writes. ``train.accum_grad``
 microbatches make one optimizer update (:mod:`asr.train_step`); the counts of the loop
-are in updates.
+are in updates. With ``train.virtual_ranks`` = N each process trains as N ranks (their
+batches, random states and averaged gradients; :mod:`asr.rank_group`): one process makes
+the updates of N.
 """
 
 from __future__ import annotations
@@ -30,18 +32,15 @@ import torch
 
 from asr.averaging import make_averaged_model, update_averaged_model
 from asr.checkpoint import (
-    capture_rng_state,
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     load_checkpoint,
     remove_old_checkpoints,
-    restore_rng_state,
     save_checkpoint,
 )
 from asr.cut_filters import FRAME_SHIFT_SECONDS, TrainingCutFilter
 from asr.data import (
     DataOptions,
-    TrainData,
     build_train_dataloader,
     build_valid_dataloader,
     load_cuts_lazy,
@@ -49,6 +48,7 @@ from asr.data import (
     resumable_sampler_state,
 )
 from asr.config import CHANGEABLE_ON_RESUME, RunConfig, TrainOptions, load_run_config
+from asr.rank_group import RankGroup
 from asr.family import load_family
 from asr.tokenizer import Tokenizer
 from asr.train_helpers import (
@@ -94,7 +94,7 @@ class Run:
     config: RunConfig
     dist: Distributed
     tokenizer: Tokenizer
-    train_data: TrainData
+    train_data: RankGroup  # the batches of the rank(s) this process trains as
     valid_loader: torch.utils.data.DataLoader
     trainee: Trainee
     model_avg: Optional[torch.nn.Module]  # float64 running average, rank 0 only
@@ -152,7 +152,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
             shutil.rmtree(exp_dir, ignore_errors=True)
         raise SystemExit(f"ERROR: {error}") from None
     model, scheduler = trainee.model, trainee.scheduler
-    train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist, config.train.seed)
+    train_data = build_train_data(config.data, tokenizer, model.output_lengths, dist, config.train)
     valid_loader = build_valid_dataloader(config.data, world_size=dist.world_size, rank=dist.rank)
 
     # The running average (float64, on the CPU) of the model; the optimizer and schedule are the family's.
@@ -178,7 +178,8 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         if dist.is_main:
             train_data.cut_filter.log_summary()
         if state.batch_in_epoch == 0:
-            raise NoTrainingBatches(no_batches_message(config.data, train_data.cut_filter.summary(), dist.world_size))
+            raise NoTrainingBatches(no_batches_message(config.data, train_data.cut_filter.summary(),
+                                                       train_data.world_size))
         if stopped_early:
             save(run, state, iteration_checkpoint_path(exp_dir, state.batch_idx_train))
             break
@@ -225,19 +226,26 @@ class NoTrainingBatches(RuntimeError):
 
 
 def build_train_data(options: DataOptions, tokenizer: Tokenizer, output_frames: Callable[[int], int],
-                     dist: Distributed, seed: int) -> TrainData:
-    """The training loader of this rank; NoTrainingBatches if the filters leave fewer cuts
-    than the sampler's buckets (Lhotse's bucket estimate asserts on that)."""
+                     dist: Distributed, train: TrainOptions) -> RankGroup:
+    """The training loaders of the ranks this process trains as (``train.virtual_ranks``
+    of a world of processes x virtual_ranks); NoTrainingBatches if the filters leave fewer
+    cuts than the sampler's buckets (Lhotse's bucket estimate asserts on that)."""
+    count, seed = train.virtual_ranks, train.seed
+    world_size, first_rank = dist.world_size * count, dist.rank * count
     try:
-        return build_train_dataloader(options, tokenizer, output_frames, seed=seed, world_size=dist.world_size,
-                                      rank=dist.rank)
+        parts = [build_train_dataloader(options, tokenizer, output_frames, seed=seed, world_size=world_size,
+                                        rank=first_rank + index) for index in range(count)]
     except AssertionError as error:
         if "number of buckets" not in str(error):
             raise
         cut_filter = TrainingCutFilter(tokenizer, output_frames, options.min_cut_duration, options.max_cut_duration)
         for _ in load_cuts_lazy(options.train_cuts, "train_cuts", seed=seed).filter(cut_filter):
             pass
-        raise NoTrainingBatches(no_batches_message(options, cut_filter.summary(), dist.world_size)) from error
+        raise NoTrainingBatches(no_batches_message(options, cut_filter.summary(), world_size)) from error
+    if count > 1:
+        logging.info("training as ranks %d-%d of %d (train.virtual_ranks=%d)", first_rank,
+                     first_rank + count - 1, world_size, count)
+    return RankGroup(parts, first_rank, world_size)
 
 
 def no_batches_message(options: DataOptions, filter_summary: str, world_size: int) -> str:
@@ -259,18 +267,22 @@ def train_one_epoch(run: Run, state: TrainingState) -> bool:
     options = run.config.train
     run.trainee.trained_model.train()
     update_batch = new_update_batch()
-    for batch, last_of_epoch in with_last_flag(run.train_data.loader):
+    # A round: one microbatch of each rank this process trains as (one, without virtual ranks).
+    for batches, last_of_epoch in with_last_flag(run.train_data.rounds()):
         state.batch_in_epoch += 1
         update = state.batch_idx_train + 1
         update_batch["num_microbatches"] += 1
         ends_update = update_batch["num_microbatches"] == options.accum_grad or last_of_epoch
-        targets = run.tokenizer.encode(batch["texts"])
-        loss_sum, frames, excluded = accumulate_gradients(run.trainee, batch, targets, update, sync=ends_update)
-        audio_seconds = batch["feature_lens"].sum().item() * FRAME_SHIFT_SECONDS
-        run.report.add(loss_sum, frames, audio_seconds, len(batch["texts"]), excluded)
-        update_batch["cut_ids"].extend(batch["cut_ids"])
-        update_batch["texts"].extend(batch["texts"])
-        update_batch["microbatches"].append(batch)
+        for index, batch in enumerate(batches):
+            targets = run.tokenizer.encode(batch["texts"])
+            with run.train_data.random_state_of(index):
+                loss_sum, frames, excluded = accumulate_gradients(
+                    run.trainee, batch, targets, update, sync=ends_update and index == len(batches) - 1)
+            audio_seconds = batch["feature_lens"].sum().item() * FRAME_SHIFT_SECONDS
+            run.report.add(loss_sum, frames, audio_seconds, len(batch["texts"]), excluded)
+            update_batch["cut_ids"].extend(batch["cut_ids"])
+            update_batch["texts"].extend(batch["texts"])
+            update_batch["microbatches"].append(batch)
         if not ends_update:
             continue
         apply_update(run.trainee, update)
@@ -325,7 +337,7 @@ def validate(run: Run, state: TrainingState) -> float:
 
 def save(run: Run, state: TrainingState, path: Path) -> None:
     """Checkpoint for exact resume (every rank's RNG state; files written by rank 0)."""
-    rng_per_rank = gather_rng_states(run.dist)
+    rng_per_rank = gather_rng_states(run.dist, run.train_data)
     consolidate(run.trainee.optimizer)
     if not run.dist.is_main:
         return
@@ -360,18 +372,21 @@ def resume(run: Run) -> TrainingState:
     options = run.config.train
     path = checkpoint_to_resume(options)
     if path is None:
+        run.train_data.share_random_state()
         return TrainingState()
     checkpoint = load_checkpoint(
         path, expected_config=run.config.to_dict(), ignore_config_fields=CHANGEABLE_ON_RESUME,
         model=run.model, model_avg=run.model_avg, optimizer=run.trainee.optimizer,
         scheduler=run.trainee.scheduler, grad_scaler=run.trainee.scaler,
     )
+    group = run.train_data
     rng_states: List[Any] = checkpoint.get("rng_per_rank") or []
-    if len(rng_states) == run.dist.world_size:
-        restore_rng_state(rng_states[run.dist.rank])
+    if len(rng_states) == group.world_size:
+        group.restore_random_states(rng_states[group.first_rank:group.first_rank + len(group)])
     else:
+        group.share_random_state()
         logging.warning("%s was written by %d rank(s), this run has %d: RNG states not restored",
-                        path, len(rng_states), run.dist.world_size)
+                        path, len(rng_states), group.world_size)
     state = TrainingState(
         epoch=checkpoint["epoch"], batch_idx_train=checkpoint["batch_idx_train"],
         batches_per_epoch=checkpoint.get("batches_per_epoch"),
@@ -379,8 +394,15 @@ def resume(run: Run) -> TrainingState:
         train_losses=[(int(update), float(loss)) for update, loss in checkpoint.get("train_losses", [])],
     )
     if not path.name.startswith("epoch-"):
-        # Mid-epoch: continue the same epoch from the first batch not yet trained on.
-        restore_sampler_state(run.train_data.sampler, checkpoint["sampler"])
+        # Mid-epoch: continue the same epoch from the first batch not yet trained on (one
+        # sampler state for every rank: Lhotse's holds the world's size, not the rank).
+        sampler_world = checkpoint["sampler"].get("world_size", group.world_size)
+        if sampler_world != group.world_size:
+            raise SystemExit(
+                f"ERROR: {path} continues a run of {sampler_world} rank(s) (processes x train.virtual_ranks) "
+                f"mid-epoch; this run has {group.world_size}: resume with the same product, or from an epoch-N.pt")
+        for part in group.parts:
+            restore_sampler_state(part.sampler, checkpoint["sampler"])
         state.batch_in_epoch = checkpoint["batch_in_epoch"]
     else:
         state.epoch += 1
@@ -388,14 +410,15 @@ def resume(run: Run) -> TrainingState:
     return state
 
 
-def gather_rng_states(dist: Distributed) -> List[Any]:
-    """Every rank's RNG states, in rank order (collective: all ranks must call)."""
-    state = capture_rng_state()
+def gather_rng_states(dist: Distributed, group: RankGroup) -> List[Any]:
+    """Every rank's RNG states (of the processes' virtual ranks too), in rank order
+    (collective: all processes must call)."""
+    states = group.random_states()
     if dist.world_size == 1:
-        return [state]
+        return states
     gathered: List[Any] = [None] * dist.world_size
-    torch.distributed.all_gather_object(gathered, state)
-    return gathered
+    torch.distributed.all_gather_object(gathered, states)
+    return [state for process_states in gathered for state in process_states]
 
 
 

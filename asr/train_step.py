@@ -43,6 +43,9 @@ class Trainee:
     # max_duration * world_size * accum_grad / schedule_ref_duration each update.
     schedule_units_per_batch: float = 1.0
     trained_model: Optional[torch.nn.Module] = None  # ``model``, or its DDP wrapper
+    # Each microbatch's loss times this before its backward: 1/N when a process trains as N
+    # ranks (``train.virtual_ranks``, asr/rank_group.py), the average DDP takes over ranks.
+    gradient_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.trained_model is None:
@@ -98,7 +101,8 @@ def accumulate_gradients(trainee: Trainee, batch: dict, targets: List[List[int]]
     with no_sync:
         with autocast_context(trainee.precision, device):
             loss, stats = trained_model(features, feature_lens, targets, return_stats=True)
-        trainee.scaler.scale(loss).backward()
+        weighted = loss if trainee.gradient_weight == 1.0 else loss * trainee.gradient_weight
+        trainee.scaler.scale(weighted).backward()
     return loss.item(), contributing_frames(model, feature_lens, stats.excluded), stats.num_excluded
 
 

@@ -57,7 +57,10 @@ tiny_lm_join_fraction=0.25
 # Training in several CPU processes (--cpu-processes N: torchrun, the N ranks sharing each
 # batch, data.batch_across_ranks). "default": stages 4 and 8 in one process (their results
 # in RESULTS.md), stage 10 in two on a machine with two cores or more: the same updates of
-# its two trainings in less time (RESULTS.md, "Stage 10 in two CPU processes").
+# its two trainings in less time (RESULTS.md, "Stage 10 in two CPU processes"). Stages 10
+# and 11 in one process (one core, or --cpu-processes 1) train as two ranks there
+# (train.virtual_ranks=2): the updates of two processes, which the recordings favour
+# (RESULTS.md, "The window step in one process or two").
 cpu_processes=default
 # Stages 10-11: each chunk's encoder window also reads this many seconds of the next chunk
 # (model.streaming_lookahead_seconds, not in the paper: 0 keeps its windows), so each
@@ -92,6 +95,7 @@ stage10_processes=$cpu_processes
 if [ "$cpu_processes" = default ]; then
   cpu_processes=1 stage10_processes=$(($(getconf _NPROCESSORS_ONLN) >= 2 ? 2 : 1))
 fi
+stage10_virtual_ranks=$([ "$stage10_processes" = 1 ] && echo 2 || echo 1)
 case "$ctc_loss" in pruned|standard) ;; *) die "--ctc-loss must be pruned or standard, got '$ctc_loss'" ;; esac
 [[ "$streaming_lookahead" =~ ^[0-9]*(\.[0-9]{1,2})?$ && "$streaming_lookahead" =~ [0-9] ]] &&
   awk -v s="$streaming_lookahead" 'BEGIN { exit !(s <= 2) }' ||
@@ -199,8 +203,9 @@ if run_stage 7 "LLM parts: the decoding weights of $zipformer_exp_dir as $encode
     window_step=""
     if [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ]; then
       log "training stage 10's encoder ($streaming_encoder_dir, conf/train_streaming.yaml) beside the tiny LM," \
-        "in $stage10_processes process(es) of one thread; its log: $streaming_encoder_dir/log/"
-      (cpu_processes=$stage10_processes && export OMP_NUM_THREADS=1 && train_streaming_encoder > /dev/null) &
+        "in $stage10_processes process(es) of one thread as two ranks or more; its log: $streaming_encoder_dir/log/"
+      (cpu_processes=$stage10_processes virtual_ranks=$stage10_virtual_ranks && export OMP_NUM_THREADS=1 &&
+        train_streaming_encoder > /dev/null) &
       window_step=$!
     fi
     # One thread: the same LM bit for bit on every run (torch's sums in another order give
@@ -293,6 +298,7 @@ offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
   train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
+  virtual_ranks=$stage10_virtual_ranks
   exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix
   training_settings model.llm="$llm_dir" model.encoder_path="$streaming_encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
@@ -340,6 +346,7 @@ offline_exp_dir() { echo "exp/${tag}_$(basename "$llm_config" .yaml)_$1_offline$
 sentences_exp_dir=${streaming_exp_dir}_sentences
 if [ "$stage" -le 11 ] && [ "$stop_stage" -ge 11 ]; then
   train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
+  virtual_ranks=$stage10_virtual_ranks
 fi
 if run_stage 11 "the offline speech and query readouts and the single-sentence streaming model of stage 10's LLM step, and Tables 9 and 5 with $streaming_exp_dir"; then
   [ -f "$streaming_encoder_weights" ] || die "stage 11 needs stage 10's $streaming_encoder_weights (run --stage 10 first)"

@@ -167,7 +167,9 @@ cuda_device_count() {
 
 # train_model: asr.train with $train_config and $train_settings. It resumes from the newest
 # checkpoint of the experiment folder by itself and says so when training is finished.
-# One process on one GPU or the CPU, torchrun for several GPUs or nodes.
+# One process on one GPU or the CPU, torchrun for several GPUs or nodes. A recipe that sets
+# virtual_ranks=N (> 1) has its one process train as N ranks sharing each batch
+# (train.virtual_ranks, data.batch_across_ranks): the updates of --cpu-processes N.
 train_model() {
   local launcher gpus
   [[ "$num_gpus" =~ ^[0-9]+$ ]] || die "--num-gpus must be a whole number, got '$num_gpus'"
@@ -199,6 +201,11 @@ train_model() {
       launcher=(python -m torch.distributed.run --standalone --nproc-per-node "$num_gpus" -m asr.train)
       log "training on $num_gpus GPUs"
     fi
+  fi
+  if [ "${virtual_ranks:-1}" -gt 1 ] && [ "${launcher[*]}" = "python -m asr.train" ]; then
+    device=(data.batch_across_ranks=true train.virtual_ranks="$virtual_ranks")
+    log "training as $virtual_ranks ranks in one process (train.virtual_ranks: each draws 1/$virtual_ranks of" \
+      "every batch, the updates of $virtual_ranks processes)"
   fi
   "${launcher[@]}" --config "$train_config" "${device[@]}" "${train_settings[@]}"
 }

@@ -237,6 +237,26 @@ def test_accum_grad_below_one_is_refused_by_name() -> None:
             load_run_config(None, [f"train.accum_grad={value}"])
 
 
+def test_virtual_ranks_below_one_are_refused_by_name() -> None:
+    for value in ("0", "-1"):
+        with pytest.raises(ValueError, match=f"train.virtual_ranks must be >= 1, got {value}"):
+            load_run_config(None, [f"train.virtual_ranks={value}"])
+
+
+def test_a_process_of_virtual_ranks_weights_and_schedules_as_that_many_ranks() -> None:
+    """train.virtual_ranks = 3 in one process: each loss weighted 1/3 (DDP's average over
+    three ranks) and the schedules advance by three ranks' audio per update."""
+    from asr.trainee import build_trainee
+
+    config = load_run_config(None, ["model.preset=tiny", "data.max_duration=100", "train.virtual_ranks=3",
+                                    "train.accum_grad=2"])
+    trainee = build_trainee(config, torch.device("cpu"), 40, 0)
+    assert trainee.gradient_weight == 1 / 3
+    assert trainee.schedule_units_per_batch == 100 * 3 * 2 / 600
+    plain = build_trainee(load_run_config(None, ["model.preset=tiny"]), torch.device("cpu"), 40, 0)
+    assert plain.gradient_weight == 1.0
+
+
 def test_the_schedules_advance_by_the_audio_of_every_accumulated_microbatch() -> None:
     from asr.trainee import schedule_units_per_batch
 

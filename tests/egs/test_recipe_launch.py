@@ -75,7 +75,7 @@ MINI_STAGE_10_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python: every program of stages 10 and 11 recorded, not run.
 case "$*" in
   *torch.cuda.device_count*) echo 0; exit 0 ;;
-  "-m "*) printf '%q ' "$@" >> "{record}"; echo >> "{record}"; exit 0 ;;  # quoted, as shlex reads it
+  "-m "*) line=$(printf '%q ' "$@"); echo "$line" >> "{record}"; exit 0 ;;  # quoted, as shlex reads it
 esac
 exec "{real}" "$@"
 """
@@ -105,7 +105,8 @@ def recorded_mini_programs(recipe: Path, tmp_path: Path, cores: int, inputs) -> 
 def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_copy, tmp_path, cores, options,
                                                                       processes):
     """egs/mini: stages 4 and 8 train in one process unless --cpu-processes says otherwise;
-    stage 10's two trainings and its decodes in two processes on a machine of two cores or more."""
+    stage 10's two trainings and its decodes in two processes on a machine of two cores or
+    more; in one process its trainings train as two ranks (train.virtual_ranks=2)."""
     recipe = recipe_copy("mini")
     env, record = recorded_mini_programs(recipe, tmp_path, cores,
                                          ("exp/full_pruned_ctc/decoding.pt", "exp/full_llm_ctc/checkpoint-1200.pt"))
@@ -118,7 +119,8 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
         ["conf/train_streaming.yaml", "conf/llm_ctc.yaml"]
     for command in trainings:
         if processes == 1:
-            assert command[:3] == ["-m", "asr.train", "--config"] and "data.batch_across_ranks=true" not in command
+            assert command[:3] == ["-m", "asr.train", "--config"]
+            assert command[4:6] == ["data.batch_across_ranks=true", "train.virtual_ranks=2"]
         else:
             assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                    str(processes), "-m"]
@@ -149,13 +151,15 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     stage_4_processes = processes if options else 1
     assert stage_4[:2] == (["-m", "asr.train"] if stage_4_processes == 1 else ["-m", "torch.distributed.run"]), \
         result.stdout + result.stderr
+    assert not any(argument.startswith("train.virtual_ranks") for argument in stage_4)
 
 
 MINI_STAGE_7_PYTHON = """#!/usr/bin/env bash
 # Stand-in for python: every program recorded with its OMP_NUM_THREADS, not run.
 case "$*" in
   *torch.cuda.device_count*) echo 0; exit 0 ;;
-  "-m "*) printf '%q ' "OMP_NUM_THREADS=${{OMP_NUM_THREADS:-}}" "$@" >> "{record}"; echo >> "{record}"; exit 0 ;;
+  # One write per line: stage 7's window step (in the background) and its LM record at once.
+  "-m "*) line=$(printf '%q ' "OMP_NUM_THREADS=${{OMP_NUM_THREADS:-}}" "$@"); echo "$line" >> "{record}"; exit 0 ;;
 esac
 exec "{real}" "$@"
 """
@@ -194,6 +198,7 @@ def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, t
     assert window_step[0] == "OMP_NUM_THREADS=1"
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
     assert window_step[1:window_step.index("asr.train") - 1] == (torchrun if processes > 1 else [])
+    assert ("train.virtual_ranks=2" in window_step) == (processes == 1)  # two ranks in one process
     folder = "exp/full_pruned_ctc_streaming" + ("_lookahead0.32" if "--streaming-lookahead" in options else "")
     assert "beside the tiny LM" in result.stdout and f"{folder}/log/" in result.stdout
     assert f"in {processes} process(es) of one thread" in result.stdout
