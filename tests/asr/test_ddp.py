@@ -16,7 +16,7 @@ from typing import Dict, List
 import pytest
 import torch
 
-from references.ddp_launch import REPO, RANK_SCRIPT, WORLD_SIZE, launch_ranks
+from references.ddp_launch import REPO, WORLD_SIZE, launch_ranks, run_one_process
 
 # 12 cuts of 1.1-2.2 s with 4 s batches: about three batches per rank and epoch.
 TRAIN = {
@@ -54,24 +54,11 @@ def rank_records(corpus: Dict[str, Path], tmp_path_factory: pytest.TempPathFacto
     return [torch.load(path, weights_only=False) for path in records]
 
 
-def one_process(exp_dir: Path, overrides: List[str]) -> List[dict]:
-    """The steps recorded by one process (no torchrun environment) of one thread, as each
-    DDP rank above runs."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    record = exp_dir / f"steps-{len(list(exp_dir.glob('steps-*.pt')))}.pt"
-    done = subprocess.run([sys.executable, str(RANK_SCRIPT), str(record), *overrides], cwd=REPO, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-4000:]
-    return torch.load(record, weights_only=False)
-
-
 @pytest.fixture(scope="module")
 def virtual_records(corpus: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> List[dict]:
     """One process training as the two ranks above (train.virtual_ranks=2)."""
     exp_dir = tmp_path_factory.mktemp("virtual_exp")
-    return one_process(exp_dir, [*run_overrides(corpus, exp_dir), "train.virtual_ranks=2"])
+    return run_one_process(exp_dir, [*run_overrides(corpus, exp_dir), "train.virtual_ranks=2"])
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +145,7 @@ def test_a_two_process_run_continues_in_one_process_as_two_ranks(
     ddp_exp = tmp_path_factory.getbasetemp() / "ddp_exp0"
     exp_dir = tmp_path_factory.mktemp("continued_exp")
     shutil.copy(ddp_exp / "epoch-1.pt", exp_dir / "epoch-1.pt")
-    continued = one_process(exp_dir, [*run_overrides(corpus, exp_dir), "train.virtual_ranks=2"])
+    continued = run_one_process(exp_dir, [*run_overrides(corpus, exp_dir), "train.virtual_ranks=2"])
     first, second = ([step for step in steps if step["epoch"] == 2] for steps in rank_records)
     assert [step["batch_idx_train"] for step in continued] == [step["batch_idx_train"] for step in first]
     for step, step_first, step_second in zip(continued, first, second):
@@ -172,10 +159,10 @@ def test_one_process_as_two_ranks_resumes_mid_epoch_exactly(
     random states of both), rerun: the updates that follow are the uninterrupted run's."""
     exp_dir = tmp_path_factory.mktemp("resumed_exp")
     overrides = [*run_overrides(corpus, exp_dir), "train.virtual_ranks=2"]
-    stopped = one_process(exp_dir, [*overrides, "train.max_batches=2"])
+    stopped = run_one_process(exp_dir, [*overrides, "train.max_batches=2"])
     assert [step["batch_idx_train"] for step in stopped] == [1, 2]
     assert len(torch.load(exp_dir / "checkpoint-2.pt", weights_only=False)["rng_per_rank"]) == 2
-    resumed = one_process(exp_dir, overrides)
+    resumed = run_one_process(exp_dir, overrides)
     assert [step["batch_idx_train"] for step in resumed] == [step["batch_idx_train"] for step in virtual_records[2:]]
     for step, reference in zip(resumed, virtual_records[2:]):
         assert step["cut_ids"] == reference["cut_ids"]
@@ -186,7 +173,7 @@ def test_a_mid_epoch_checkpoint_refuses_another_number_of_ranks(
         corpus: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
     exp_dir = tmp_path_factory.mktemp("refused_exp")
     overrides = run_overrides(corpus, exp_dir)
-    one_process(exp_dir, [*overrides, "train.virtual_ranks=2", "train.max_batches=1"])
+    run_one_process(exp_dir, [*overrides, "train.virtual_ranks=2", "train.max_batches=1"])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     refused = subprocess.run([sys.executable, "-m", "asr.train", *overrides], cwd=REPO, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)

@@ -1,7 +1,7 @@
 """ZeRO-1 (``train.zero1``) through asr.train with two CPU ranks (gloo), LLM-CTC on the
 tiny Qwen3 with the real 151,936-row head: the same losses and weights as plain DDP
 after every step, a checkpoint with the consolidated optimizer state, and an exact
-resume. Each rank runs tests/asr/ddp_rank.py (as tests/asr/test_ddp.py)."""
+resume; and one process training as the two ranks (``train.virtual_ranks=2``). Each rank runs tests/asr/ddp_rank.py (as tests/asr/test_ddp.py)."""
 
 import shutil
 from pathlib import Path
@@ -10,7 +10,7 @@ from typing import List
 import pytest
 import torch
 
-from references.ddp_launch import WORLD_SIZE, launch_ranks
+from references.ddp_launch import WORLD_SIZE, launch_ranks, run_one_process
 from references.tiny_llm import tiny_llm_training_arguments
 
 TIMEOUT_SECONDS = 420.0
@@ -54,6 +54,23 @@ def test_zero1_makes_the_losses_and_weights_of_plain_ddp(plain_ddp, zero1) -> No
             for name, tensor in expected["parameters"].items():
                 torch.testing.assert_close(actual["parameters"][name], tensor, rtol=1e-6, atol=1e-8,
                                            msg=lambda m: f"rank {rank}, step {step}, {name}: {m}")
+
+
+def test_one_process_as_two_ranks_makes_the_updates_of_plain_ddp(small_training_corpus, ctc_config, plain_ddp,
+                                                                  tmp_path) -> None:
+    """train.virtual_ranks=2 (asr/rank_group.py) on LLM-CTC with LoRA: both ranks' batches
+    in every update, each under its rank's random state (LoRA's dropout), the same weights."""
+    _, (first, second) = plain_ddp
+    steps = run_one_process(tmp_path, overrides(small_training_corpus, ctc_config, tmp_path, "train.virtual_ranks=2"),
+                            timeout=TIMEOUT_SECONDS)
+    assert len(steps) == len(first) >= 4
+    for step, expected, other in zip(steps, first, second):
+        assert step["batch_idx_train"] == expected["batch_idx_train"]
+        assert step["cut_ids"] == expected["cut_ids"] + other["cut_ids"]
+        assert step["loss"] == pytest.approx(expected["loss"] + other["loss"], rel=1e-6)
+        for name, tensor in expected["parameters"].items():
+            torch.testing.assert_close(step["parameters"][name], tensor, rtol=1e-6, atol=1e-8,
+                                       msg=lambda m: f"update {step['batch_idx_train']}, {name}: {m}")
 
 
 def test_zero1_checkpoint_holds_the_whole_optimizer_state(plain_ddp, zero1) -> None:

@@ -1,6 +1,7 @@
 """Launching the ranks of a 2-process CPU (gloo) training run for the DDP tests:
 each runs tests/asr/ddp_rank.py with torchrun's environment variables and records
-its steps (tests/asr/test_ddp.py, tests/llm_ctc/test_zero1_training.py)."""
+its steps (tests/asr/test_ddp.py, tests/llm_ctc/test_zero1_training.py); and one
+process recording its steps the same way (train.virtual_ranks)."""
 
 import os
 import signal
@@ -10,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 from typing import List, Tuple
+
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 RANK_SCRIPT = REPO / "tests" / "asr" / "ddp_rank.py"
@@ -83,3 +86,16 @@ def run_ranks(port: int, overrides: List[str], records: List[Path], log_dir: Pat
         outputs.append(log.read())
         log.close()
     return failure, codes, outputs
+
+
+def run_one_process(exp_dir: Path, overrides: List[str], timeout: float = TIMEOUT_SECONDS) -> List[dict]:
+    """The steps recorded by tests/asr/ddp_rank.py in one process (no torchrun
+    environment) of one thread, as each rank of :func:`launch_ranks` runs."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    record = exp_dir / f"steps-{len(list(exp_dir.glob('steps-*.pt')))}.pt"
+    done = subprocess.run([sys.executable, str(RANK_SCRIPT), str(record), *overrides], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-4000:]
+    return torch.load(record, weights_only=False)
