@@ -5,8 +5,8 @@ keep every W-th batch of one shared stream), runs forward and backward on them w
 own random state, and the update averages the W ranks' gradients. A process with
 ``train.virtual_ranks`` = N trains as N consecutive ranks of a world of W x N: a sampler
 per rank (ranks p x N ... p x N + N - 1 for process p), each rank's microbatch in turn
-under that rank's random state, each loss weighted 1/N (:attr:`asr.train_step.Trainee.
-gradient_weight`). The update is then the one W x N processes make, on W processes: one
+under that rank's random state, the summed gradients times 1/N before the update
+(:attr:`asr.train_step.Trainee.gradient_weight`). The update is then the one W x N processes make, on W processes: one
 process on a laptop's single core, or one GPU for a run planned on two. asr.train
 checkpoints the random states of all W x N ranks, so a run resumes exactly with any W and
 N of the same product (the samplers' state is the same on every rank).

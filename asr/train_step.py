@@ -43,8 +43,10 @@ class Trainee:
     # max_duration * world_size * accum_grad / schedule_ref_duration each update.
     schedule_units_per_batch: float = 1.0
     trained_model: Optional[torch.nn.Module] = None  # ``model``, or its DDP wrapper
-    # Each microbatch's loss times this before its backward: 1/N when a process trains as N
-    # ranks (``train.virtual_ranks``, asr/rank_group.py), the average DDP takes over ranks.
+    # The accumulated gradients times this before the update: 1/N when a process trains as
+    # N ranks (``train.virtual_ranks``, asr/rank_group.py), the average DDP takes over ranks
+    # after their backward passes (so each backward is the one a DDP rank runs: the
+    # Zipformer's gradient modifiers are not exactly linear in a scaled loss's gradient).
     gradient_weight: float = 1.0
 
     def __post_init__(self) -> None:
@@ -101,14 +103,18 @@ def accumulate_gradients(trainee: Trainee, batch: dict, targets: List[List[int]]
     with no_sync:
         with autocast_context(trainee.precision, device):
             loss, stats = trained_model(features, feature_lens, targets, return_stats=True)
-        weighted = loss if trainee.gradient_weight == 1.0 else loss * trainee.gradient_weight
-        trainee.scaler.scale(weighted).backward()
+        trainee.scaler.scale(loss).backward()
     return loss.item(), contributing_frames(model, feature_lens, stats.excluded), stats.num_excluded
 
 
 def apply_update(trainee: Trainee, update: int) -> None:
     """The optimizer update ``update`` (from 1) from the accumulated gradients: schedule,
     step (clipping, if the optimizer clips, once over the sum), loss-scale update, reset."""
+    if trainee.gradient_weight != 1.0:
+        with torch.no_grad():
+            for parameter in trainee.model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad.mul_(trainee.gradient_weight)
     trainee.scheduler.step_batch(update)
     trainee.scaler.step(trainee.optimizer)
     trainee.scaler.update()

@@ -43,7 +43,7 @@ def build_trainee(config: RunConfig, device: torch.device, vocab_size: int, blan
     elif options.zero1:
         logging.info("train.zero1 has no effect in a single process")
     # With train.virtual_ranks = N each process trains as N ranks (asr/rank_group.py): a
-    # world of world_size x N ranks whose gradients DDP's way averages (each loss times 1/N).
+    # world of world_size x N ranks whose gradients DDP's way averages (their sum times 1/N).
     ranks = world_size * options.virtual_ranks
     return Trainee(model, optimizer, scheduler, make_grad_scaler(options.precision, device), options.precision,
                    device, schedule_units_per_batch(config, ranks), trained_model,

@@ -125,8 +125,8 @@ def differences(parameters: Dict[str, torch.Tensor], reference: Dict[str, torch.
 def test_one_process_as_two_ranks_trains_the_two_ranks_updates(rank_records: List[List[dict]],
                                                                 virtual_records: List[dict]) -> None:
     """train.virtual_ranks=2 in one process: every update trains on both DDP ranks'
-    microbatches (rank 0's, then rank 1's) and leaves DDP's weights, bit for bit (each
-    loss weighted 1/2 is DDP's average of two gradients, exactly in binary floating point)."""
+    microbatches (rank 0's, then rank 1's) and leaves DDP's weights, bit for bit (the sum
+    of the two gradients times 1/2 is DDP's average, exactly in binary floating point)."""
     first, second = rank_records
     assert len(virtual_records) == len(first)
     for step, step_first, step_second in zip(virtual_records, first, second):

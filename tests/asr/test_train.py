@@ -244,8 +244,8 @@ def test_virtual_ranks_below_one_are_refused_by_name() -> None:
 
 
 def test_a_process_of_virtual_ranks_weights_and_schedules_as_that_many_ranks() -> None:
-    """train.virtual_ranks = 3 in one process: each loss weighted 1/3 (DDP's average over
-    three ranks) and the schedules advance by three ranks' audio per update."""
+    """train.virtual_ranks = 3 in one process: the gradients' sum times 1/3 (DDP's average
+    over three ranks) and the schedules advance by three ranks' audio per update."""
     from asr.trainee import build_trainee
 
     config = load_run_config(None, ["model.preset=tiny", "data.max_duration=100", "train.virtual_ranks=3",

@@ -127,6 +127,30 @@ def test_the_update_sees_the_gradient_sum_not_the_last_microbatch() -> None:
         torch.testing.assert_close(gradient, parameter.grad, rtol=1e-12, atol=1e-12)
 
 
+def test_virtual_ranks_average_the_gradient_sum_after_the_backward_passes() -> None:
+    """gradient_weight (train.virtual_ranks = 2): each microbatch's backward is the plain
+    one (a DDP rank's), and the update sees half the summed gradient: the gradient a
+    clipping optimizer clips is that of the two microbatches concatenated, halved."""
+    trainee = make_trainee("clipped-adamw")
+    trainee.gradient_weight = 0.5
+    first, second = UPDATES[0]
+    accumulate_gradients(trainee, first, first["targets"], 1, sync=False)
+    after_first = [p.grad.clone() for p in trainee.model.parameters()]
+    reference = LinearCTC()
+    reference(first["features"], first["feature_lens"], first["targets"])[0].backward()
+    for gradient, parameter in zip(after_first, reference.parameters()):
+        torch.testing.assert_close(gradient, parameter.grad, rtol=1e-12, atol=1e-12)  # not yet halved
+    accumulate_gradients(trainee, second, second["targets"], 1)
+    summed = [p.grad.clone() for p in trainee.model.parameters()]
+    apply_update(trainee, 1)
+    reference.zero_grad()
+    batch = concatenation([first, second])
+    reference(batch["features"], batch["feature_lens"], batch["targets"])[0].backward()
+    norm = torch.sqrt(sum((0.5 * p.grad).pow(2).sum() for p in reference.parameters())).item()
+    assert trainee.optimizer.last_grad_norm == pytest.approx(norm, rel=1e-12)
+    assert torch.sqrt(sum(g.pow(2).sum() for g in summed)).item() == pytest.approx(2 * norm, rel=1e-12)
+
+
 def test_under_ddp_only_the_last_microbatch_all_reduces(one_rank_group) -> None:
     trainee = make_trainee("clipped-adamw")
     wrapped = DistributedDataParallel(trainee.model, find_unused_parameters=True)  # as asr.train wraps it
