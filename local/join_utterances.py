@@ -4,8 +4,9 @@ LLM-CTC (Sec. 4.3, App. E; egs/mini run.sh stage 10).
     python -m local.join_utterances data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
         data/full/long --min-seconds 30 --max-seconds 60
 
-Cuts are taken in manifest order and joined back to back (their own audio, no gap) until
-the next one would pass ``--max-seconds``; a group shorter than ``--min-seconds`` is joined
+Cuts are taken in manifest order and joined back to back (their own audio, no gap; with
+``--gap-seconds G``, G seconds of silence between two sentences, zeros as the synthesized
+sentences' own silence) until the next one would pass ``--max-seconds``; a group shorter than ``--min-seconds`` is joined
 to the one before it when the two fit, else left out. Each group becomes one 16 kHz FLAC
 file, one recording, one supervision whose text is the group's texts joined by spaces (the
 reference of the long decode), and one cut; ``<out_dir>/cuts.jsonl.gz`` lists them and
@@ -27,26 +28,29 @@ from asr.atomic_io import write_text_atomically
 from asr.constants import SAMPLE_RATE
 
 
-def group_durations(durations: Sequence[float], min_seconds: float, max_seconds: float) -> List[List[int]]:
-    """Indices of consecutive items in groups of total duration <= ``max_seconds``; a last
-    group under ``min_seconds`` joins the one before when they fit, else it is dropped
-    (as is any group under ``min_seconds`` of an item longer than ``max_seconds``)."""
+def group_durations(durations: Sequence[float], min_seconds: float, max_seconds: float,
+                    gap: float = 0.0) -> List[List[int]]:
+    """Indices of consecutive items in groups of total duration <= ``max_seconds`` (``gap``
+    seconds between two items counted); a last group under ``min_seconds`` joins the one
+    before when they fit, else it is dropped (as is any group under ``min_seconds`` of an
+    item longer than ``max_seconds``)."""
     groups: List[List[int]] = []
     current: List[int] = []
     total = 0.0
     for index, duration in enumerate(durations):
-        if current and total + duration > max_seconds:
+        if current and total + gap + duration > max_seconds:
             groups.append(current)
             current, total = [], 0.0
+        total += duration + (gap if current else 0.0)
         current.append(index)
-        total += duration
     if current:
         groups.append(current)
 
     def length(group):
-        return sum(durations[i] for i in group)
+        return sum(durations[i] for i in group) + gap * (len(group) - 1)
 
-    if len(groups) > 1 and length(groups[-1]) < min_seconds and length(groups[-2]) + length(groups[-1]) <= max_seconds:
+    if (len(groups) > 1 and length(groups[-1]) < min_seconds
+            and length(groups[-2]) + gap + length(groups[-1]) <= max_seconds):
         groups[-2] += groups.pop()
     return [g for g in groups if min_seconds <= length(g) <= max_seconds]
 
@@ -58,11 +62,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("out_dir", type=Path, help="folder for audio/, cuts.jsonl.gz and members.tsv")
     parser.add_argument("--min-seconds", type=float, default=30.0)
     parser.add_argument("--max-seconds", type=float, default=60.0)
+    parser.add_argument("--gap-seconds", type=float, default=0.0,
+                        help="seconds of silence between two sentences (default 0: back to back)")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     if not 0 < args.min_seconds <= args.max_seconds:
         raise SystemExit(f"ERROR: need 0 < --min-seconds <= --max-seconds, got {args.min_seconds} and "
                          f"{args.max_seconds}")
+    if not 0 <= args.gap_seconds < args.max_seconds:
+        raise SystemExit(f"ERROR: --gap-seconds must be >= 0 and below --max-seconds, got {args.gap_seconds}")
     output = args.out_dir / "cuts.jsonl.gz"
     if output.is_file():
         logging.info("long test set: %s exists, skipping", output)
@@ -78,16 +86,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(f"ERROR: {error}") from None
     if not cuts or not all(cut.has_recording for cut in cuts):
         raise SystemExit(f"ERROR: cuts {args.cuts}: every cut needs its recording (audio) to be joined")
-    groups = group_durations([cut.duration for cut in cuts], args.min_seconds, args.max_seconds)
+    groups = group_durations([cut.duration for cut in cuts], args.min_seconds, args.max_seconds, args.gap_seconds)
     if not groups:
         raise SystemExit(f"ERROR: cuts {args.cuts}: {sum(c.duration for c in cuts):.1f} s in all, no group of "
                          f"{args.min_seconds}-{args.max_seconds} s")
     audio_dir = args.out_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
     recordings, supervisions, members = [], [], ["long_id\tduration\tcut_ids"]
+    silence = np.zeros(round(args.gap_seconds * SAMPLE_RATE), dtype=np.float32)
     for number, group in enumerate(groups):
         pieces = []
         for index in group:
+            if pieces and silence.size:
+                pieces.append(silence)
             samples = cuts[index].load_audio()
             if cuts[index].sampling_rate != SAMPLE_RATE or samples.shape[0] != 1:
                 raise SystemExit(f"ERROR: cut {cuts[index].id}: {samples.shape[0]} channel(s) at "

@@ -142,6 +142,20 @@ def format_word_by_word(table: Dict[str, Counter]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def with_gaps(members: List[Tuple[str, float]], recording_seconds: float) -> List[Tuple[str, float]]:
+    """Each sentence's (cut id, seconds from its start to the next sentence's): its duration
+    and the silence after it (``local.join_utterances --gap-seconds``, the recording's
+    length beyond its sentences' shared by the joins)."""
+    if len(members) < 2:
+        return members
+    gap = (recording_seconds - sum(duration for _, duration in members)) / (len(members) - 1)
+    if gap < -1e-3:
+        raise ValueError(f"a long recording of {recording_seconds:.2f} s is shorter than its sentences")
+    gap = max(gap, 0.0)
+    return [(cut_id, duration + (gap if index < len(members) - 1 else 0.0))
+            for index, (cut_id, duration) in enumerate(members)]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,11 +175,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if not path.is_file():
             raise SystemExit(f"ERROR: {path} does not exist")
     durations = {cut.id: cut.duration for cut in load_manifest(args.sentence_cuts)}
-    recording_of = {cut.id: cut.recording_id for cut in load_manifest(args.long_dir / "cuts.jsonl.gz")}
+    long_cuts = list(load_manifest(args.long_dir / "cuts.jsonl.gz"))
+    recording_of = {cut.id: cut.recording_id for cut in long_cuts}
+    long_durations = {cut.recording_id: cut.duration for cut in long_cuts}
     members = {}
     for line in (args.long_dir / "members.tsv").read_text(encoding="utf-8").splitlines()[1:]:
         long_id, _, cut_ids = line.split("\t")
-        members[long_id] = [(cut_id, durations[cut_id]) for cut_id in cut_ids.split(",")]
+        members[long_id] = with_gaps([(cut_id, durations[cut_id]) for cut_id in cut_ids.split(",")],
+                                     long_durations[long_id])
     long_results = read_recogs(args.long_recogs)
     recordings = [(reference, hypothesis, members[recording_of[cut_id]])
                   for cut_id, (reference, hypothesis) in sorted(long_results.items())]

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from local.long_input_errors import (BY_WORD, chunk_phase_key, count_errors, format_table, format_word_by_word,
-                                     main, place_in_sentence, reference_word_errors)
+                                     main, place_in_sentence, reference_word_errors, with_gaps)
 
 
 def test_places_in_a_sentence():
@@ -74,3 +74,13 @@ def test_a_recording_whose_sentences_do_not_add_up_is_refused():
     sentences = {"s1": (["a", "b"], ["a", "b"])}
     with pytest.raises(ValueError, match="reference has 3 words, its sentences 2"):
         count_errors([(["a", "b", "c"], ["a", "b", "c"], [("s1", 1.0)])], sentences)
+
+
+def test_the_silence_between_sentences_moves_the_next_starts():
+    """Three sentences of 4, 7 and 2 s with 0.5 s between them (a 14 s recording) start at
+    0, 4.5 and 12 s: each but the last spans its duration and the silence after it."""
+    assert with_gaps([("s1", 4.0), ("s2", 7.0), ("s3", 2.0)], 14.0) == [("s1", 4.5), ("s2", 7.5), ("s3", 2.0)]
+    assert with_gaps([("s1", 4.0), ("s2", 7.0)], 11.0) == [("s1", 4.0), ("s2", 7.0)]  # back to back
+    assert with_gaps([("s1", 4.0)], 4.0) == [("s1", 4.0)]
+    with pytest.raises(ValueError, match="shorter than its sentences"):
+        with_gaps([("s1", 4.0), ("s2", 7.0)], 10.0)
