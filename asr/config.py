@@ -115,8 +115,12 @@ class DataOptions:
     # the rest left as single sentences. ``concatenate_each``: "batch", the whole batch
     # joined or not; "cut", each cut drawn with ``concatenate_probability`` and the drawn
     # ones joined, so that every batch holds joined and single sentences alike.
+    # ``concatenate_max_gap`` above ``concatenate_gap``: each joined batch's silence drawn
+    # uniformly between the two (per batch, from its cuts), so that joins come back to back
+    # and with pauses; 0: always ``concatenate_gap``.
     concatenate_seconds: float = 0.0
     concatenate_gap: float = 0.1
+    concatenate_max_gap: float = 0.0
     concatenate_probability: float = 1.0
     concatenate_each: str = "batch"
 
@@ -138,9 +142,12 @@ class DataOptions:
         if self.musan_snr_min > self.musan_snr_max:
             raise ValueError(f"data.musan_snr_min {self.musan_snr_min} exceeds data.musan_snr_max "
                              f"{self.musan_snr_max}")
-        for name in ("concatenate_seconds", "concatenate_gap"):
+        for name in ("concatenate_seconds", "concatenate_gap", "concatenate_max_gap"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"data.{name} must be >= 0 (seconds), got {getattr(self, name)!r}")
+        if 0 < self.concatenate_max_gap < self.concatenate_gap:
+            raise ValueError(f"data.concatenate_max_gap {self.concatenate_max_gap} is below data.concatenate_gap "
+                             f"{self.concatenate_gap} (0: no range)")
         if not 0.0 <= self.concatenate_probability <= 1.0:
             raise ValueError(f"data.concatenate_probability must be in [0, 1], got {self.concatenate_probability!r}")
         if self.concatenate_each not in ("batch", "cut"):

@@ -174,6 +174,8 @@ class AsrDataset(torch.utils.data.Dataset):
             cuts and ``seed``), the others left as they are.
         concatenate_each: "batch": the whole batch joined or not; "cut": each cut drawn
             with ``concatenate_probability``, the drawn ones joined, the rest alone.
+        concatenate_max_gap: above ``concatenate_gap``: each joined batch's gap drawn
+            uniformly between the two (from the batch's seed); else ``concatenate_gap``.
     """
 
     def __init__(
@@ -191,6 +193,7 @@ class AsrDataset(torch.utils.data.Dataset):
         concatenate_gap: float = 0.1,
         concatenate_probability: float = 1.0,
         concatenate_each: str = "batch",
+        concatenate_max_gap: float = 0.0,
     ) -> None:
         super().__init__()
         if concatenate_each not in ("batch", "cut"):
@@ -198,6 +201,8 @@ class AsrDataset(torch.utils.data.Dataset):
         self.concatenate_each = concatenate_each
         self.concatenate = (CutConcatenate(gap=concatenate_gap, max_duration=concatenate_seconds)
                             if concatenate_seconds > 0 else None)
+        self.gap_range = ((concatenate_gap, concatenate_max_gap) if concatenate_max_gap > concatenate_gap
+                          else None)
         self.concatenate_probability = concatenate_probability
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
@@ -254,15 +259,19 @@ class AsrDataset(torch.utils.data.Dataset):
     def _join(self, cuts: CutSet) -> CutSet:
         """The batch with the cuts ``concatenate_probability`` and ``concatenate_each``
         draw joined back to back (the same batch draws the same in every run)."""
+        concatenate = self.concatenate
+        if self.gap_range is not None:
+            gap = random.Random(self._batch_seed(cuts) ^ 0x6A6A).uniform(*self.gap_range)
+            concatenate = CutConcatenate(gap=round(gap, 2), max_duration=self.concatenate.max_duration)
         if self.concatenate_probability >= 1.0:
-            return self.concatenate(cuts)
+            return concatenate(cuts)
         draw = random.Random(self._batch_seed(cuts) ^ 0x5A5A)
         if self.concatenate_each == "batch":
-            return self.concatenate(cuts) if draw.random() < self.concatenate_probability else cuts
+            return concatenate(cuts) if draw.random() < self.concatenate_probability else cuts
         drawn = [draw.random() < self.concatenate_probability for _ in cuts]
         if sum(drawn) < 2:
             return cuts
-        joined = self.concatenate(CutSet.from_cuts(cut for cut, chosen in zip(cuts, drawn) if chosen))
+        joined = concatenate(CutSet.from_cuts(cut for cut, chosen in zip(cuts, drawn) if chosen))
         return CutSet.from_cuts([*joined, *(cut for cut, chosen in zip(cuts, drawn) if not chosen)])
 
     def _batch_seed(self, cuts: CutSet) -> int:
@@ -327,6 +336,7 @@ def build_train_dataloader(
         concatenate_gap=options.concatenate_gap,
         concatenate_probability=options.concatenate_probability,
         concatenate_each=options.concatenate_each,
+        concatenate_max_gap=options.concatenate_max_gap,
     )
     sampler = DynamicBucketingSampler(
         cuts,

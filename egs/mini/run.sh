@@ -322,10 +322,15 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
     --cuts "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" --seconds 60 --history 8 \
     --output-dir "$exp_dir/latency"
-  # Long inputs: the same test sentences joined into 30-60 s recordings, chunk by chunk at h = 2 s.
+  # Long inputs: the same test sentences joined into 30-60 s recordings, chunk by chunk at h = 2 s,
+  # back to back (the synthesized sentences carry no silence at their edges) and with 0.3 s of
+  # silence between them, as a stream pauses (RESULTS.md, "Pauses between the sentences").
   python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long"
+  python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long_pauses" \
+    --gap-seconds 0.3
   decode_args="decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.max_duration=120 $user_decode_args"
-  decode_model "test-clean-long=$data_dir/test_long/cuts.jsonl.gz"
+  decode_model "test-clean-long=$data_dir/test_long/cuts.jsonl.gz" \
+    "test-clean-long-pauses=$data_dir/test_long_pauses/cuts.jsonl.gz"
 fi
 
 # The paper's Tables 9 and 5 on this corpus (Sec. 5.4, App. E): stage 10's LLM step

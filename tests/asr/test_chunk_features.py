@@ -264,3 +264,24 @@ def test_each_cut_drawn_for_a_join_mixes_joined_and_single_sentences_in_every_ba
     assert 43 <= mixed <= 82, mixed
     with pytest.raises(ValueError, match="data.concatenate_each must be 'batch' or 'cut'"):
         DataOptions(concatenate_each="update")
+
+
+def test_a_gap_range_draws_each_joined_batchs_silence_between_its_bounds(cuts) -> None:
+    """data.concatenate_max_gap: each joined batch's silence between sentences drawn from
+    [concatenate_gap, concatenate_max_gap] (in 10 ms steps) by the batch's seed: the joined
+    cut spans its sentences and n - 1 such gaps; a rerun draws the same; without the range,
+    always concatenate_gap."""
+    total = sum(cut.duration for cut in cuts)
+
+    def gap_of(seed: int, low: float, high: float) -> float:
+        dataset = AsrDataset(concatenate_seconds=120, concatenate_gap=low, concatenate_max_gap=high, seed=seed)
+        [joined] = list(dataset._join(cuts))
+        return (joined.duration - total) / (len(cuts) - 1)
+
+    gaps = [gap_of(seed, 0.0, 0.5) for seed in range(40)]
+    assert all(-1e-9 <= gap <= 0.5 + 1e-9 and abs(gap * 100 - round(gap * 100)) < 1e-6 for gap in gaps), gaps
+    assert min(gaps) < 0.1 and max(gaps) > 0.4 and len({round(gap, 2) for gap in gaps}) > 20
+    assert gaps[:5] == [gap_of(seed, 0.0, 0.5) for seed in range(5)]
+    assert gap_of(0, 0.25, 0.0) == pytest.approx(0.25) and gap_of(1, 0.25, 0.0) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="data.concatenate_max_gap 0.1 is below data.concatenate_gap 0.2"):
+        DataOptions(concatenate_gap=0.2, concatenate_max_gap=0.1)

@@ -132,7 +132,11 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     fbank = "data/full/fbank/librispeech_cuts_"
     assert test_sets == [f"test-clean={fbank}test-clean.jsonl.gz",  # the encoder's windows
                          f"dev-clean={fbank}dev-clean.jsonl.gz,test-clean={fbank}test-clean.jsonl.gz",  # Tables 9, 5
-                         "test-clean-long=data/full/test_long/cuts.jsonl.gz"]
+                         "test-clean-long=data/full/test_long/cuts.jsonl.gz,"  # back to back, and with pauses
+                         "test-clean-long-pauses=data/full/test_long_pauses/cuts.jsonl.gz"]
+    joins = [command for command in launches if "local.join_utterances" in command]
+    assert [command[command.index("local.join_utterances") + 2:] for command in joins] == \
+        [["data/full/test_long"], ["data/full/test_long_pauses", "--gap-seconds", "0.3"]]
     for command in decodes:
         launcher = ["-m", "asr.decode"] if processes == 1 else \
             ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m", "asr.decode"]
