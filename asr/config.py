@@ -117,10 +117,12 @@ class DataOptions:
     # ones joined, so that every batch holds joined and single sentences alike.
     # ``concatenate_max_gap`` above ``concatenate_gap``: each joined batch's silence drawn
     # uniformly between the two (per batch, from its cuts), so that joins come back to back
-    # and with pauses; 0: always ``concatenate_gap``.
+    # and with pauses; 0: always ``concatenate_gap``. ``concatenate_gap_probability``: the
+    # share of joined batches whose silence is drawn so, the rest ``concatenate_gap``.
     concatenate_seconds: float = 0.0
     concatenate_gap: float = 0.1
     concatenate_max_gap: float = 0.0
+    concatenate_gap_probability: float = 1.0
     concatenate_probability: float = 1.0
     concatenate_each: str = "batch"
 
@@ -148,8 +150,9 @@ class DataOptions:
         if 0 < self.concatenate_max_gap < self.concatenate_gap:
             raise ValueError(f"data.concatenate_max_gap {self.concatenate_max_gap} is below data.concatenate_gap "
                              f"{self.concatenate_gap} (0: no range)")
-        if not 0.0 <= self.concatenate_probability <= 1.0:
-            raise ValueError(f"data.concatenate_probability must be in [0, 1], got {self.concatenate_probability!r}")
+        for name in ("concatenate_probability", "concatenate_gap_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"data.{name} must be in [0, 1], got {getattr(self, name)!r}")
         if self.concatenate_each not in ("batch", "cut"):
             raise ValueError(f"data.concatenate_each must be 'batch' or 'cut', got {self.concatenate_each!r}")
         if self.feature_chunk_seconds is not None and self.feature_chunk_seconds < 0:

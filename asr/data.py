@@ -176,6 +176,8 @@ class AsrDataset(torch.utils.data.Dataset):
             with ``concatenate_probability``, the drawn ones joined, the rest alone.
         concatenate_max_gap: above ``concatenate_gap``: each joined batch's gap drawn
             uniformly between the two (from the batch's seed); else ``concatenate_gap``.
+        concatenate_gap_probability: the share of joined batches whose gap is drawn so
+            (the others ``concatenate_gap``).
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class AsrDataset(torch.utils.data.Dataset):
         concatenate_probability: float = 1.0,
         concatenate_each: str = "batch",
         concatenate_max_gap: float = 0.0,
+        concatenate_gap_probability: float = 1.0,
     ) -> None:
         super().__init__()
         if concatenate_each not in ("batch", "cut"):
@@ -203,6 +206,7 @@ class AsrDataset(torch.utils.data.Dataset):
                             if concatenate_seconds > 0 else None)
         self.gap_range = ((concatenate_gap, concatenate_max_gap) if concatenate_max_gap > concatenate_gap
                           else None)
+        self.gap_probability = concatenate_gap_probability
         self.concatenate_probability = concatenate_probability
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
@@ -260,8 +264,9 @@ class AsrDataset(torch.utils.data.Dataset):
         """The batch with the cuts ``concatenate_probability`` and ``concatenate_each``
         draw joined back to back (the same batch draws the same in every run)."""
         concatenate = self.concatenate
-        if self.gap_range is not None:
-            gap = random.Random(self._batch_seed(cuts) ^ 0x6A6A).uniform(*self.gap_range)
+        gap_draw = random.Random(self._batch_seed(cuts) ^ 0x6A6A)
+        if self.gap_range is not None and (self.gap_probability >= 1.0 or gap_draw.random() < self.gap_probability):
+            gap = gap_draw.uniform(*self.gap_range)
             concatenate = CutConcatenate(gap=round(gap, 2), max_duration=self.concatenate.max_duration)
         if self.concatenate_probability >= 1.0:
             return concatenate(cuts)
@@ -337,6 +342,7 @@ def build_train_dataloader(
         concatenate_probability=options.concatenate_probability,
         concatenate_each=options.concatenate_each,
         concatenate_max_gap=options.concatenate_max_gap,
+        concatenate_gap_probability=options.concatenate_gap_probability,
     )
     sampler = DynamicBucketingSampler(
         cuts,

@@ -273,8 +273,9 @@ def test_a_gap_range_draws_each_joined_batchs_silence_between_its_bounds(cuts) -
     always concatenate_gap."""
     total = sum(cut.duration for cut in cuts)
 
-    def gap_of(seed: int, low: float, high: float) -> float:
-        dataset = AsrDataset(concatenate_seconds=120, concatenate_gap=low, concatenate_max_gap=high, seed=seed)
+    def gap_of(seed: int, low: float, high: float, share: float = 1.0) -> float:
+        dataset = AsrDataset(concatenate_seconds=120, concatenate_gap=low, concatenate_max_gap=high, seed=seed,
+                             concatenate_gap_probability=share)
         [joined] = list(dataset._join(cuts))
         return (joined.duration - total) / (len(cuts) - 1)
 
@@ -283,5 +284,12 @@ def test_a_gap_range_draws_each_joined_batchs_silence_between_its_bounds(cuts) -
     assert min(gaps) < 0.1 and max(gaps) > 0.4 and len({round(gap, 2) for gap in gaps}) > 20
     assert gaps[:5] == [gap_of(seed, 0.0, 0.5) for seed in range(5)]
     assert gap_of(0, 0.25, 0.0) == pytest.approx(0.25) and gap_of(1, 0.25, 0.0) == pytest.approx(0.25)
+    # data.concatenate_gap_probability = 1/2: about half the joined batches keep concatenate_gap
+    # (0 here: back to back), the others drawn; bounds +-4 sd of Binomial(100, 1/2).
+    halves = [gap_of(seed, 0.0, 0.5, share=0.5) for seed in range(100)]
+    assert 30 <= sum(abs(gap) < 1e-9 for gap in halves) <= 70
+    assert max(halves) > 0.4 and halves[:5] == [gap_of(seed, 0.0, 0.5, share=0.5) for seed in range(5)]
+    with pytest.raises(ValueError, match=r"data.concatenate_gap_probability must be in \[0, 1\]"):
+        DataOptions(concatenate_gap_probability=1.5)
     with pytest.raises(ValueError, match="data.concatenate_max_gap 0.1 is below data.concatenate_gap 0.2"):
         DataOptions(concatenate_gap=0.2, concatenate_max_gap=0.1)
