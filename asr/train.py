@@ -32,9 +32,12 @@ import torch
 
 from asr.averaging import make_averaged_model, update_averaged_model
 from asr.checkpoint import (
+    CheckpointConfigMismatch,
+    check_config_matches,
     epoch_checkpoint_path,
     iteration_checkpoint_path,
     load_checkpoint,
+    read_checkpoint_entry,
     remove_old_checkpoints,
     save_checkpoint,
 )
@@ -121,16 +124,17 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         raise SystemExit(f"ERROR: {error}") from None
     options = config.train
     exp_dir = Path(options.exp_dir)
-    finished = finished_already(config)
-    if finished is not None:
-        print(f"training: {finished} exists: already finished")
-        return
     # The lexicon (train.lang_dir's, or the family's own) decides the model's output classes;
     # a missing one is refused before anything is written.
     try:
         tokenizer = load_family(config.family).tokenizer(config.model, options.lang_dir)
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"ERROR: {error}") from None
+    finished = finished_already(config)
+    if finished is not None:
+        check_finished_config(finished, config, tokenizer)
+        print(f"training: {finished} exists: already finished")
+        return
     dist = setup_distributed(options.device)
     new_exp_dir = not exp_dir.exists()
     setup_logging(exp_dir, "train", dist.rank)
@@ -210,6 +214,24 @@ def finished_already(config: RunConfig) -> Optional[Path]:
     if options.max_batches:
         last.append(iteration_checkpoint_path(options.exp_dir, options.max_batches))
     return next((path for path in last if path.is_file()), None)
+
+
+def check_finished_config(path: Path, config: RunConfig, tokenizer: Tokenizer) -> None:
+    """Refuse to call a run finished whose checkpoint ``path`` another configuration
+    trained (a preset changed since): the model there is not the one asked for."""
+    expected = dataclasses.replace(config, model=with_lexicon_size(config.model, tokenizer))
+    saved = read_checkpoint_entry(path, "config")
+    try:
+        # A field the run's code did not have yet takes its default, the behaviour it had then.
+        saved = RunConfig.from_dict(saved).to_dict()
+    except ValueError:
+        pass  # compared as saved: the first differing field is named below
+    try:
+        check_config_matches(saved, expected.to_dict(), source=path, ignore=CHANGEABLE_ON_RESUME)
+    except CheckpointConfigMismatch as error:
+        raise SystemExit(
+            f"ERROR: {error}: that run finished under its own configuration; train into another "
+            f"train.exp_dir, or move {Path(config.train.exp_dir)} aside to train it again") from None
 
 
 def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:

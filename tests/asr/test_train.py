@@ -173,6 +173,28 @@ def test_rerun_resumes_from_the_newest_checkpoint_and_then_says_finished(
     assert (tmp_path / "epoch-2.pt").stat().st_mtime_ns == before
 
 
+def test_a_finished_run_of_another_configuration_is_refused_by_field(
+    corpus: Dict[str, Path], uninterrupted: Path, tmp_path: Path, capsys
+) -> None:
+    """A preset changed since the run finished: the rerun names the field instead of calling
+    the old model finished; fields its checkpoint predates count as their defaults."""
+    shutil.copy(uninterrupted / "epoch-2.pt", tmp_path / "epoch-2.pt")
+    with pytest.raises(SystemExit, match=r"field 'data.concatenate_probability' is 1.0 in the checkpoint "
+                                         r"but 0.5 in this run.*move .* aside"):
+        main(arguments(corpus, tmp_path, "data.concatenate_seconds=4", "data.concatenate_probability=0.5"))
+    # Fields the resume may change do not count.
+    main(arguments(corpus, tmp_path, "train.log_interval=5", "data.num_workers=1"))
+    assert "epoch-2.pt exists: already finished" in capsys.readouterr().out
+    # A checkpoint written before data.concatenate_gap_probability existed: its default.
+    checkpoint = load(tmp_path / "epoch-2.pt")
+    del checkpoint["config"]["data"]["concatenate_gap_probability"]
+    torch.save(checkpoint, tmp_path / "epoch-2.pt")
+    main(arguments(corpus, tmp_path))
+    assert "epoch-2.pt exists: already finished" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"field 'data.concatenate_gap_probability' is 1.0 in the checkpoint"):
+        main(arguments(corpus, tmp_path, "data.concatenate_gap_probability=0.5"))
+
+
 def test_schedules_follow_icefalls_duration_adjusted_batch_count() -> None:
     """icefall's get_adjusted_batch_count: batch_idx * max_duration * world_size / 600 s."""
     from asr.trainee import schedule_units_per_batch
