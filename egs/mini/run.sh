@@ -278,8 +278,12 @@ fi
 # then the per-chunk compute and cache size over a 60 s input made of test utterances.
 # Each training utterance's positions are shifted by 0-30 chunks (60 s), as deep in a long
 # stream: the tiny LM never saw positions beyond a sentence (RESULTS.md, "Streaming"), and
-# half of the batches join their sentences back to back into examples of up to 10 s, so
-# that sentences start inside chunks as in a long stream.
+# half of the batches join their sentences into examples of up to 10 s, so that sentences
+# start inside chunks as in a long stream: half of those joins back to back, half with 0-0.5 s
+# of silence between the sentences, as a stream pauses (trained back to back only, the
+# recordings with 0.3 s pauses made 2.59x their sentences' errors over three seeds; half and
+# half 1.25x, and the sentences 65 errors against 87; RESULTS.md, "Pauses in the joins over
+# three seeds").
 # What stage 10's LLM step shares with stage 11's models: the updates, the rates, the
 # encoder's top stacks. The joined batches are stage 10's only: they serve the long
 # recordings (without them 30.5% there against 4.5%), cost the sentences (39 errors on
@@ -292,7 +296,8 @@ llm_step_settings=(train.num_epochs=2 train.max_batches=2300 optim.decay_batches
 streaming_model_settings=(model.readout=query model.streaming=true model.streaming_chunk_seconds=2
   model.streaming_max_history=8 model.streaming_position_offset_chunks=30 "${lookahead_settings[@]}")
 streaming_settings=("${streaming_model_settings[@]}"
-  data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0 "${llm_step_settings[@]}")
+  data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0
+  data.concatenate_max_gap=0.5 data.concatenate_gap_probability=0.5 "${llm_step_settings[@]}")
 streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
@@ -324,7 +329,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
     --output-dir "$exp_dir/latency"
   # Long inputs: the same test sentences joined into 30-60 s recordings, chunk by chunk at h = 2 s,
   # back to back (the synthesized sentences carry no silence at their edges) and with 0.3 s of
-  # silence between them, as a stream pauses (RESULTS.md, "Pauses between the sentences").
+  # silence between them, as a stream pauses (RESULTS.md, "Pauses in the joins over three seeds").
   python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long"
   python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long_pauses" \
     --gap-seconds 0.3
