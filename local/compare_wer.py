@@ -18,6 +18,14 @@ files are ``asr.decode``'s; every file must hold the same cut ids with the same
 references. With ``--joined data/full/test_long`` the first file decodes the test sentences
 one by one and the others the 30-60 s recordings ``local.join_utterances`` joined them
 into (egs/mini stage 10), and the bootstrap draws recordings.
+
+Runs that differ only in their seed are one decoding each: give each decoding as its runs'
+files joined by commas, in the same order for every decoding, and the runs are pooled
+into one test set (each run's cuts kept apart) that the bootstrap draws from::
+
+    python -m local.compare_wer --joined data/full/test_long_pauses \
+        seed42/recogs-test-clean-<setting>.txt,seed43/recogs-test-clean-<setting>.txt \
+        seed42/recogs-test-clean-long-pauses-<setting>.txt,seed43/recogs-test-clean-long-pauses-<setting>.txt
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import kaldialign
 import numpy as np
@@ -94,18 +102,42 @@ def read_joined(folder: Path) -> Dict[str, List[str]]:
     return {cut.id: members[cut.recording_id] for cut in load_manifest(folder / "cuts.jsonl.gz")}
 
 
-def compare(paths: Sequence[Path], samples: int = 10000, seed: int = 0,
+def read_pooled(paths: Sequence[Path]) -> Dict[str, Tuple[List[str], List[str]]]:
+    """The recogs of several runs of one decoding as one test set: run k's cut ids prefixed
+    with ``k/`` (a single file: its own ids)."""
+    if len(paths) == 1:
+        return read_recogs(paths[0])
+    return {f"{run}/{cut_id}": pair for run, path in enumerate(paths) for cut_id, pair in read_recogs(path).items()}
+
+
+def pooled_units(units: Dict[str, List[str]], runs: int) -> Dict[str, List[str]]:
+    """``units`` (cut id -> sentence ids) repeated for each of ``runs`` pooled runs."""
+    if runs == 1:
+        return units
+    return {f"{run}/{cut_id}": [f"{run}/{member}" for member in members]
+            for run in range(runs) for cut_id, members in units.items()}
+
+
+def compare(paths: Sequence[Union[Path, Sequence[Path]]], samples: int = 10000, seed: int = 0,
             joined: Optional[Dict[str, List[str]]] = None) -> List[Comparison]:
     """The first recogs file, then each other one against it (same cut ids and references),
     each named by its file name, or by its folder when all files have one name (the same
     decoding setting of several experiments). With ``joined`` (long cut id -> its sentence
     ids, :func:`read_joined`) the first file decodes the sentences one by one and the others
     the long recordings they were joined into: the bootstrap draws recordings, each paired
-    with its sentences' errors in the first file."""
+    with its sentences' errors in the first file. A decoding given as a sequence of files
+    pools its runs (:func:`read_pooled`); every decoding needs as many."""
     if len(paths) < 2:
         raise ValueError(f"two recogs files or more expected, got {len(paths)}")
-    results = [read_recogs(path) for path in paths]
-    units = joined if joined is not None else {cut_id: [cut_id] for cut_id in results[0]}
+    groups = [[Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path] for path in paths]
+    runs = len(groups[0])
+    uneven = [group for group in groups if len(group) != runs]
+    if runs == 0 or uneven:
+        raise ValueError(f"every decoding needs the same number of pooled runs: {runs} in the first, "
+                         f"{len(uneven[0]) if uneven else 0} in {', '.join(map(str, uneven[0])) if uneven else 'none'}")
+    results = [read_pooled(group) for group in groups]
+    paths = [group[0] for group in groups]
+    units = pooled_units(joined, runs) if joined is not None else {cut_id: [cut_id] for cut_id in results[0]}
     ids = sorted(units)
     missing = sorted({member for cut_id in ids for member in units[cut_id]} - set(results[0]))
     if missing:
@@ -125,6 +157,7 @@ def compare(paths: Sequence[Path], samples: int = 10000, seed: int = 0,
     found = []
     for number, (path, result) in enumerate(zip(paths, results)):
         name = path.parent.name if len({p.name for p in paths}) == 1 else path.name
+        name += f" (+{runs - 1} runs)" if runs > 1 else ""
         errors = first if number == 0 else utterance_errors(result, ids)
         low, high, worse = paired_bootstrap(words, first, errors, samples, seed)
         wer = 100 * errors.sum() / words.sum()
@@ -148,18 +181,20 @@ def format_comparisons(comparisons: Sequence[Comparison]) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("recogs", type=Path, nargs="+", help="recogs- files of one test set; the first is the base")
+    parser.add_argument("recogs", nargs="+", help="recogs- files of one test set, the first the base; "
+                        "several runs of one decoding (seeds) pooled as FILE,FILE,...")
     parser.add_argument("--samples", type=int, default=10000, help="bootstrap resamples (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     parser.add_argument("--joined", type=Path, help="local.join_utterances's folder: the first recogs file holds "
                         "the sentences one by one, the others the long recordings they were joined into")
     args = parser.parse_args(argv)
-    for path in args.recogs:
+    decodings = [[Path(part) for part in argument.split(",")] for argument in args.recogs]
+    for path in (path for group in decodings for path in group):
         if not path.is_file():
             raise SystemExit(f"ERROR: {path} does not exist")
     try:
         joined = read_joined(args.joined) if args.joined else None
-        print(format_comparisons(compare(args.recogs, args.samples, args.seed, joined)), end="")
+        print(format_comparisons(compare(decodings, args.samples, args.seed, joined)), end="")
     except ValueError as error:
         raise SystemExit(f"ERROR: {error}")
 

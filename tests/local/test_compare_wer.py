@@ -119,3 +119,44 @@ def test_long_recordings_are_paired_with_their_sentences_one_by_one(tmp_path):
     wrong = write(tmp_path / "wrong.txt", [(long_id, ["x"], []) for long_id in groups])
     with pytest.raises(ValueError, match="other references"):
         compare([one_by_one, wrong], joined=groups)
+
+
+def test_runs_of_one_decoding_pool_as_one_test_set_with_each_runs_cuts_apart(tmp_path, capsys):
+    """Two seeds' files per decoding: the same numbers, resamples included, as one file per
+    decoding that holds both runs under prefixed cut ids, written out by hand here."""
+    runs = {
+        "base": [[("u1", ["a", "b"], ["a", "b"]), ("u2", ["c", "d", "e"], ["c"])],
+                 [("u1", ["a", "b"], ["x", "b"]), ("u2", ["c", "d", "e"], ["c", "d", "e"])]],
+        "other": [[("u1", ["a", "b"], ["a"]), ("u2", ["c", "d", "e"], ["c", "d"])],
+                  [("u1", ["a", "b"], []), ("u2", ["c", "d", "e"], ["c", "y", "e", "z"])]],
+    }
+    files, by_hand = {}, {}
+    for name, seeds in runs.items():
+        files[name] = [write(tmp_path / f"{name}{n}.txt", rows) for n, rows in enumerate(seeds)]
+        by_hand[name] = write(tmp_path / f"{name}_pooled.txt",
+                              [(f"{n}/{cut}", ref, hyp) for n, rows in enumerate(seeds) for cut, ref, hyp in rows])
+    pooled = compare([files["base"], files["other"]], samples=300)
+    reference = compare([by_hand["base"], by_hand["other"]], samples=300)
+    assert [(r.words, r.errors, r.low, r.high, r.worse) for r in pooled] == \
+        [(r.words, r.errors, r.low, r.high, r.worse) for r in reference]
+    assert [(r.words, r.errors) for r in pooled] == [(10, 3), (10, 6)]  # 0 + 2 + 1 + 0 against 1 + 1 + 2 + 2
+    assert pooled[1].name == "other0.txt (+1 runs)"
+    with pytest.raises(ValueError, match="same number of pooled runs: 2 in the first, 1 in"):
+        compare([files["base"], files["other"][:1]])
+    main([",".join(map(str, files["base"])), ",".join(map(str, files["other"])), "--samples", "50"])
+    assert "| other0.txt (+1 runs) | 10 | 6 | 60.00% | 2.00x |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="missing.txt does not exist"):
+        main([f"{files['base'][0]},{tmp_path / 'missing.txt'}", str(files["other"][0])])
+
+
+def test_pooled_runs_of_joined_recordings_pair_each_run_with_its_own_sentences(tmp_path):
+    groups = {"long1": ["s1", "s2"], "long2": ["s3"]}
+    sentences = {"s1": ["a", "b"], "s2": ["c"], "s3": ["d", "e"]}
+    one_by_one = [write(tmp_path / f"sent{n}.txt", [(s, ref, ref[:len(ref) - n]) for s, ref in sentences.items()])
+                  for n in (0, 1)]  # run 0 makes no errors, run 1 loses each sentence's last word
+    long_refs = {long_id: [w for m in members for w in sentences[m]] for long_id, members in groups.items()}
+    recordings = [write(tmp_path / f"long{n}.txt", [(c, ref, ref[n:]) for c, ref in long_refs.items()])
+                  for n in (0, 1)]  # run 1 loses each recording's first word
+    rows = compare([one_by_one, recordings], samples=200, joined=groups)
+    assert [(r.words, r.errors) for r in rows] == [(10, 3), (10, 2)]
+    assert rows[1].ratio == pytest.approx(2 / 3)
