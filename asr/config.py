@@ -125,6 +125,11 @@ class DataOptions:
     concatenate_gap_probability: float = 1.0
     concatenate_probability: float = 1.0
     concatenate_each: str = "batch"
+    # Training only: each example (joined or alone) followed by silence drawn uniformly
+    # between 0 and this many seconds (in 10 ms steps, per example from the batch's cuts),
+    # so that not every input ends on a word (CutConcatenate puts silence only between
+    # cuts); 0: none.
+    trailing_silence_max: float = 0.0
 
     def __post_init__(self) -> None:
         positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size",
@@ -144,7 +149,7 @@ class DataOptions:
         if self.musan_snr_min > self.musan_snr_max:
             raise ValueError(f"data.musan_snr_min {self.musan_snr_min} exceeds data.musan_snr_max "
                              f"{self.musan_snr_max}")
-        for name in ("concatenate_seconds", "concatenate_gap", "concatenate_max_gap"):
+        for name in ("concatenate_seconds", "concatenate_gap", "concatenate_max_gap", "trailing_silence_max"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"data.{name} must be >= 0 (seconds), got {getattr(self, name)!r}")
         if 0 < self.concatenate_max_gap < self.concatenate_gap:

@@ -178,6 +178,9 @@ class AsrDataset(torch.utils.data.Dataset):
             uniformly between the two (from the batch's seed); else ``concatenate_gap``.
         concatenate_gap_probability: the share of joined batches whose gap is drawn so
             (the others ``concatenate_gap``).
+        trailing_silence_max: > 0: each example (after the joins) padded at its end with
+            silence drawn uniformly from [0, trailing_silence_max] s (10 ms steps, from
+            the batch's seed), so that not every input ends on a word.
     """
 
     def __init__(
@@ -197,6 +200,7 @@ class AsrDataset(torch.utils.data.Dataset):
         concatenate_each: str = "batch",
         concatenate_max_gap: float = 0.0,
         concatenate_gap_probability: float = 1.0,
+        trailing_silence_max: float = 0.0,
     ) -> None:
         super().__init__()
         if concatenate_each not in ("batch", "cut"):
@@ -208,6 +212,9 @@ class AsrDataset(torch.utils.data.Dataset):
                           else None)
         self.gap_probability = concatenate_gap_probability
         self.concatenate_probability = concatenate_probability
+        if trailing_silence_max < 0:
+            raise ValueError(f"trailing_silence_max must be >= 0 (seconds), got {trailing_silence_max!r}")
+        self.trailing_silence_max = trailing_silence_max
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
@@ -231,6 +238,8 @@ class AsrDataset(torch.utils.data.Dataset):
             )
         if self.concatenate is not None:
             cuts = self._join(cuts)
+        if self.trailing_silence_max > 0:
+            cuts = self._pad_ends(cuts)
         cuts = cuts.sort_by_duration(ascending=False)
         batch_seed = self._batch_seed(cuts)
         if self.noise_cuts is not None:
@@ -278,6 +287,17 @@ class AsrDataset(torch.utils.data.Dataset):
             return cuts
         joined = concatenate(CutSet.from_cuts(cut for cut, chosen in zip(cuts, drawn) if chosen))
         return CutSet.from_cuts([*joined, *(cut for cut, chosen in zip(cuts, drawn) if not chosen)])
+
+    def _pad_ends(self, cuts: CutSet) -> CutSet:
+        """Each cut followed by its own draw of 0 to ``trailing_silence_max`` s of silence
+        (padding, as CutConcatenate's gaps; the same batch draws the same in every run)."""
+        draw = random.Random(self._batch_seed(cuts) ^ 0x7A7A)
+        padded = []
+        for cut in cuts:
+            seconds = round(draw.uniform(0.0, self.trailing_silence_max), 2)
+            padded.append(cut.pad(duration=cut.duration + seconds, direction="right", preserve_id=True)
+                          if seconds > 0 else cut)
+        return CutSet.from_cuts(padded)
 
     def _batch_seed(self, cuts: CutSet) -> int:
         digest = hashlib.blake2b(digest_size=8)
@@ -343,6 +363,7 @@ def build_train_dataloader(
         concatenate_each=options.concatenate_each,
         concatenate_max_gap=options.concatenate_max_gap,
         concatenate_gap_probability=options.concatenate_gap_probability,
+        trailing_silence_max=options.trailing_silence_max,
     )
     sampler = DynamicBucketingSampler(
         cuts,

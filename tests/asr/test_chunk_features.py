@@ -293,3 +293,35 @@ def test_a_gap_range_draws_each_joined_batchs_silence_between_its_bounds(cuts) -
         DataOptions(concatenate_gap_probability=1.5)
     with pytest.raises(ValueError, match="data.concatenate_max_gap 0.1 is below data.concatenate_gap 0.2"):
         DataOptions(concatenate_gap=0.2, concatenate_max_gap=0.1)
+
+
+def test_trailing_silence_ends_each_example_with_its_own_draw_of_zeros(cuts) -> None:
+    """data.trailing_silence_max: each example (joined or alone) followed by 0 to that many
+    seconds of silence in 10 ms steps, drawn per example from the batch's seed: its chunk
+    features are those of its own samples followed by that many zero samples; a rerun draws
+    the same; 0 leaves the batch as it was."""
+    plain = AsrDataset(chunk_seconds=1)[cuts]
+    silences = []
+    for seed in range(12):
+        dataset = AsrDataset(chunk_seconds=1, trailing_silence_max=0.5, seed=seed)
+        batch = dataset[cuts]
+        assert batch["texts"] == plain["texts"] and batch["cut_ids"] == plain["cut_ids"]
+        assert torch.equal(dataset[cuts]["features"], batch["features"])
+        for index, cut in enumerate(cuts):
+            [padded] = [c for c in dataset._pad_ends(cuts) if c.id == cut.id]
+            seconds = padded.duration - cut.duration
+            assert -1e-9 <= seconds <= 0.5 + 1e-9 and abs(seconds * 100 - round(seconds * 100)) < 1e-6
+            silences.append(round(seconds, 2))
+            samples = np.concatenate([wav_samples(cut), np.zeros(round(seconds * SAMPLE_RATE), np.float32)])
+            expected = torch.cat([lhotse_fbank(samples[start:start + SAMPLE_RATE])
+                                  for start in range(0, len(samples), SAMPLE_RATE)])
+            assert int(batch["feature_lens"][index]) == expected.shape[0]
+            torch.testing.assert_close(batch["features"][index, :expected.shape[0]], expected, atol=1e-4, rtol=0)
+    assert len(set(silences)) > 20 and min(silences) < 0.1 and max(silences) > 0.4, silences
+    # After a join: one example, its members back to back, then its own silence.
+    joined = AsrDataset(concatenate_seconds=60, concatenate_gap=0.0, trailing_silence_max=0.5, seed=1)
+    [example] = list(joined._pad_ends(joined._join(cuts)))
+    assert 0 <= example.duration - sum(cut.duration for cut in cuts) <= 0.5 + 1e-9
+    assert example.supervisions[-1].end <= sum(cut.duration for cut in cuts) + 1e-6
+    with pytest.raises(ValueError, match="data.trailing_silence_max must be >= 0"):
+        DataOptions(trailing_silence_max=-0.1)
