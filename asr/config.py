@@ -259,6 +259,11 @@ class DecodeOptions:
     text_normalization: str = "none"  # none, gigaspeech (the official scoring rules)
     device: str = "auto"
     history_seconds: Tuple[int, ...] = (8,)  # left histories h of the ctc-streaming-* methods (paper Table 5)
+    # Seconds of silence after every test cut before its features, as a stream's end is fed
+    # to a streaming recognizer (sherpa-onnx's tail padding); > 0 names every setting
+    # ``..._tail-padding-<s>s``. Zero samples where features come from the audio (per chunk
+    # or on the fly), frames of the fbank of zeros where they are read.
+    tail_padding_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         self.methods = tuple(dict.fromkeys(self.methods))
@@ -287,6 +292,9 @@ class DecodeOptions:
         self.blank_penalty = tuple(dict.fromkeys(float(value) for value in self.blank_penalty))
         if not self.blank_penalty or not all(math.isfinite(value) for value in self.blank_penalty):
             raise ValueError(f"decode.blank_penalty must be one or more finite numbers, got {list(self.blank_penalty)}")
+        if not (math.isfinite(self.tail_padding_seconds) and self.tail_padding_seconds >= 0):
+            raise ValueError(f"decode.tail_padding_seconds must be a finite number of seconds >= 0, "
+                             f"got {self.tail_padding_seconds!r}")
         choices = {"compute_cer": ("auto", "true", "false"), "text_normalization": ("none", "gigaspeech"),
                    "device": ("auto", "cpu", "cuda")}
         for name, valid in choices.items():

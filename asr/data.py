@@ -27,6 +27,7 @@ import copy
 import glob
 import hashlib
 import logging
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import torch
 from lhotse import CutSet, Fbank, FbankConfig, load_manifest, load_manifest_lazy
 from lhotse.dataset import CutConcatenate, CutMix, DynamicBucketingSampler, DynamicCutSampler, SpecAugment
 from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeatures
+from lhotse.cut import Cut
 from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
 
@@ -155,6 +157,18 @@ def build_spec_augment(options: DataOptions) -> SpecAugment:
     )
 
 
+# Lhotse's fbank of zero samples: log of float32's epsilon in every bin (its energy floor).
+SILENCE_FBANK = math.log(torch.finfo(torch.float32).eps)
+
+
+def followed_by_silence(cut: Cut, seconds: float) -> Cut:
+    """``cut`` with ``seconds`` of silence after it: zero samples where features are
+    computed from the audio, frames of :data:`SILENCE_FBANK` where they are read (the
+    fbank of zero samples, not Lhotse's default padding of log 1e-10)."""
+    return cut.pad(duration=cut.duration + seconds, direction="right", preserve_id=True,
+                   pad_feat_value=SILENCE_FBANK)
+
+
 class AsrDataset(torch.utils.data.Dataset):
     """Map-style dataset indexed by the CutSet of one batch (what a Lhotse sampler yields).
 
@@ -181,6 +195,8 @@ class AsrDataset(torch.utils.data.Dataset):
         trailing_silence_max: > 0: each example (after the joins) padded at its end with
             silence drawn uniformly from [0, trailing_silence_max] s (10 ms steps, from
             the batch's seed), so that not every input ends on a word.
+        tail_padding_seconds: > 0: every cut followed by that many seconds of silence,
+            as a stream's end is fed to a streaming recognizer (``decode.tail_padding_seconds``).
     """
 
     def __init__(
@@ -201,6 +217,7 @@ class AsrDataset(torch.utils.data.Dataset):
         concatenate_max_gap: float = 0.0,
         concatenate_gap_probability: float = 1.0,
         trailing_silence_max: float = 0.0,
+        tail_padding_seconds: float = 0.0,
     ) -> None:
         super().__init__()
         if concatenate_each not in ("batch", "cut"):
@@ -215,6 +232,9 @@ class AsrDataset(torch.utils.data.Dataset):
         if trailing_silence_max < 0:
             raise ValueError(f"trailing_silence_max must be >= 0 (seconds), got {trailing_silence_max!r}")
         self.trailing_silence_max = trailing_silence_max
+        if not tail_padding_seconds >= 0:
+            raise ValueError(f"tail_padding_seconds must be >= 0 (seconds), got {tail_padding_seconds!r}")
+        self.tail_padding_seconds = tail_padding_seconds
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
@@ -240,6 +260,8 @@ class AsrDataset(torch.utils.data.Dataset):
             cuts = self._join(cuts)
         if self.trailing_silence_max > 0:
             cuts = self._pad_ends(cuts)
+        if self.tail_padding_seconds > 0:
+            cuts = CutSet.from_cuts(followed_by_silence(cut, self.tail_padding_seconds) for cut in cuts)
         cuts = cuts.sort_by_duration(ascending=False)
         batch_seed = self._batch_seed(cuts)
         if self.noise_cuts is not None:
@@ -295,8 +317,7 @@ class AsrDataset(torch.utils.data.Dataset):
         padded = []
         for cut in cuts:
             seconds = round(draw.uniform(0.0, self.trailing_silence_max), 2)
-            padded.append(cut.pad(duration=cut.duration + seconds, direction="right", preserve_id=True)
-                          if seconds > 0 else cut)
+            padded.append(followed_by_silence(cut, seconds) if seconds > 0 else cut)
         return CutSet.from_cuts(padded)
 
     def _batch_seed(self, cuts: CutSet) -> int:
@@ -418,8 +439,10 @@ def _check_noise_cuts(noise_cuts: CutSet, musan_path: Path, options: DataOptions
         )
 
 
-def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: int = 0) -> DataLoader:
-    """Validation loader over ``options.valid_cuts``: no filter, no augmentation, no shuffling.
+def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: int = 0,
+                           tail_padding_seconds: float = 0.0) -> DataLoader:
+    """Validation loader over ``options.valid_cuts``: no filter, no augmentation, no shuffling;
+    each cut followed by ``tail_padding_seconds`` of silence (the decoder's tail padding).
 
     Validation sets are small: a plain dynamic sampler, no bucketing (which would also
     need at least ``num_buckets`` cuts).
@@ -434,7 +457,7 @@ def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: i
         rank=rank,
     )
     dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats, num_mel_bins=options.on_the_fly_num_mel_bins,
-                         chunk_seconds=options.feature_chunk_seconds or 0)
+                         chunk_seconds=options.feature_chunk_seconds or 0, tail_padding_seconds=tail_padding_seconds)
     # Nothing random happens in validation batches: the seed only names the worker seeds.
     return _map_style_loader(dataset, sampler, options.num_workers, seed=0)
 

@@ -76,6 +76,7 @@ class StreamingRecognizer:
         self.past = None  # the last h seconds of features before the pending ones
         self.pending = None  # features not yet recognized: a chunk waiting for its lookahead, a partial one
         self.samples = torch.zeros(0)
+        self.fed_audio = False  # accept_waveform was called since the reset
         self.chunk_index = 0
 
     # --- features ------------------------------------------------------------------
@@ -92,10 +93,21 @@ class StreamingRecognizer:
             results.append(self._recognize_pending())
         return results
 
-    def finish(self) -> List[ChunkResult]:
+    def finish(self, tail_padding_seconds: float = 0.0) -> List[ChunkResult]:
         """Recognize the chunks still pending (the last one partial, the lookahead of the
-        last ones short or none) and the pending audio."""
+        last ones short or none) and the pending audio, after ``tail_padding_seconds`` of
+        silence (zero samples) appended to the audio: the stream's end followed by
+        silence, as sherpa-onnx's tail padding (``decode.tail_padding_seconds`` decodes
+        test sets so). Audio streams only: features fed to :meth:`accept_features` were
+        computed without the samples their last chunk's fbank would then see."""
+        if not (tail_padding_seconds >= 0 and tail_padding_seconds != float("inf")):
+            raise ValueError(f"tail_padding_seconds must be a finite number of seconds >= 0, got {tail_padding_seconds!r}")
         results = []
+        if tail_padding_seconds > 0:
+            if not self.fed_audio and (self.pending is not None or self.chunk_index > 0):
+                raise ValueError("tail_padding_seconds needs an audio stream (accept_waveform); features fed to "
+                                 "accept_features cannot be followed by silence: pad their audio instead")
+            results += self.accept_waveform(torch.zeros(round(tail_padding_seconds * SAMPLE_RATE)))
         if self.samples.numel():
             results += self.accept_features(self._fbank(self.samples))
             self.samples = torch.zeros(0)
@@ -116,6 +128,7 @@ class StreamingRecognizer:
 
     def accept_waveform(self, samples: Tensor) -> List[ChunkResult]:
         """Append 16 kHz mono samples; features are computed per chunk of audio."""
+        self.fed_audio = True
         self.samples = torch.cat([self.samples, samples.float().reshape(-1)])
         per_chunk = self.chunk_seconds * SAMPLE_RATE
         results = []

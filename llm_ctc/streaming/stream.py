@@ -79,6 +79,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--token-penalty", type=float, default=0.0)
     parser.add_argument("--blank-penalty", type=float, default=0.0,
                         help="subtracted from blank's log-probability at every frame")
+    parser.add_argument("--tail-padding-seconds", type=float, default=0.0,
+                        help="silence fed after the audio's end (as sherpa-onnx's tail padding)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     if (args.exp_dir is None) == (args.checkpoint is None):
@@ -91,6 +93,9 @@ def main(argv: Optional[List[str]] = None) -> str:
     if args.history < 1 or (args.chunk_seconds is not None and args.chunk_seconds < 1):
         raise SystemExit(f"ERROR: --history and --chunk-seconds must be >= 1, got {args.history} and "
                          f"{args.chunk_seconds}")
+    if not 0 <= args.tail_padding_seconds < float("inf"):
+        raise SystemExit(f"ERROR: --tail-padding-seconds must be a finite number of seconds >= 0, "
+                         f"got {args.tail_padding_seconds}")
     torch.set_num_threads(args.threads)
     from llm_ctc.streaming.recognizer import StreamingRecognizer
 
@@ -106,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> str:
     for start in range(0, samples.numel(), per_chunk):
         results = recognizer.accept_waveform(samples[start:start + per_chunk])
         if start + per_chunk >= samples.numel():
-            results += recognizer.finish()
+            results += recognizer.finish(args.tail_padding_seconds)
         for result in results:
             begin = result.index * chunk_seconds
             print(f"chunk {result.index:4d} [{begin:7.2f}s +{result.frames / 100:5.2f}s] "

@@ -325,3 +325,26 @@ def test_trailing_silence_ends_each_example_with_its_own_draw_of_zeros(cuts) -> 
     assert example.supervisions[-1].end <= sum(cut.duration for cut in cuts) + 1e-6
     with pytest.raises(ValueError, match="data.trailing_silence_max must be >= 0"):
         DataOptions(trailing_silence_max=-0.1)
+
+
+def test_tail_padding_follows_every_cut_with_the_same_zeros(cuts) -> None:
+    """The decoder's tail padding (decode.tail_padding_seconds): every cut followed by
+    exactly that much silence, its chunk features those of its own samples and the zero
+    samples; read features (whole-cut) end in frames equal to Lhotse's fbank of zeros."""
+    batch = AsrDataset(chunk_seconds=1, tail_padding_seconds=0.37)[cuts]
+    for index, cut in enumerate(cuts):
+        samples = np.concatenate([wav_samples(cut), np.zeros(round(0.37 * SAMPLE_RATE), np.float32)])
+        expected = torch.cat([lhotse_fbank(samples[start:start + SAMPLE_RATE])
+                              for start in range(0, len(samples), SAMPLE_RATE)])
+        assert int(batch["feature_lens"][index]) == expected.shape[0] == cut.num_frames + 37
+        torch.testing.assert_close(batch["features"][index, :expected.shape[0]], expected, atol=1e-4, rtol=0)
+    read = AsrDataset(tail_padding_seconds=0.37)[cuts]
+    silence = lhotse_fbank(np.zeros(SAMPLE_RATE, np.float32))[0]
+    for index, cut in enumerate(cuts):
+        stored = torch.from_numpy(cut.load_features())
+        assert int(read["feature_lens"][index]) == stored.shape[0] + 37
+        assert torch.equal(read["features"][index, :stored.shape[0]], stored)
+        torch.testing.assert_close(read["features"][index, stored.shape[0]:stored.shape[0] + 37],
+                                   silence.expand(37, -1), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="tail_padding_seconds must be >= 0"):
+        AsrDataset(tail_padding_seconds=-0.5)

@@ -42,7 +42,8 @@ ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap"
                          "data.concatenate_max_gap": 0.0, "data.concatenate_gap_probability": 1.0,
                          "data.trailing_silence_max": 0.0,
                          "data.batch_across_ranks": False,
-                         "train.init_from": "", "train.virtual_ranks": 1, "decode.blank_penalty": [0.0]}
+                         "train.init_from": "", "train.virtual_ranks": 1, "decode.blank_penalty": [0.0],
+                         "decode.tail_padding_seconds": 0.0}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
 # stage 7's tiny LM learned, and the projector at 10 x optim.lr; egs/mini RESULTS.md;
 # llm_ce.yaml extends it and never reads query_init).

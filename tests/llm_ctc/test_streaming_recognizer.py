@@ -123,6 +123,43 @@ def test_from_audio_a_lookahead_is_computed_from_the_first_samples_of_the_next_c
     assert recognizer.tokens == from_features.tokens
 
 
+@pytest.mark.parametrize("lookahead", [0.0, 0.32])
+def test_tail_padding_is_the_audio_followed_by_zero_samples(ctc_model, lookahead):
+    """finish(tail_padding_seconds): the chunks recognized are the per-chunk fbank of the
+    samples followed by that many zero samples, and the hypothesis is the offline search
+    of the parallel computation on those features."""
+    model = with_lookahead(ctc_model, lookahead) if lookahead else ctc_model
+    samples = torch.from_numpy(np.random.default_rng(7).normal(scale=0.1, size=51000).astype(np.float32))
+    recognizer = StreamingRecognizer(model, history_seconds=2)
+    used, recognize = [], recognizer._recognize_chunk
+    recognizer._recognize_chunk = lambda chunk, ahead: (used.append(chunk), recognize(chunk, ahead))[1]
+    for start in range(0, samples.numel(), 7000):
+        recognizer.accept_waveform(samples[start:start + 7000])
+    recognizer.finish(tail_padding_seconds=0.9)
+    padded = torch.cat([samples, torch.zeros(14400)])  # 65400 samples: chunks of 200, 200 and 9 frames
+    fbank = recognizer.frontend
+    chunks = [fbank(padded[start:start + 32000]) for start in range(0, padded.numel(), 32000)]
+    assert [chunk.shape[0] for chunk in used] == [chunk.shape[0] for chunk in chunks] == [200, 200, 9]
+    for seen, chunk in zip(used, chunks):
+        assert torch.equal(seen, chunk)
+    reference, lens = parallel_log_probs(model, torch.cat(chunks), 2)
+    assert recognizer.tokens == ctc_greedy_search(reference, lens, blank_id=model.blank_id)[0]
+    bare = StreamingRecognizer(model, history_seconds=2)
+    bare.accept_waveform(samples)
+    bare.finish()
+    assert bare.chunk_index == 2  # without the tail: 51000 samples, chunks of 200 and 119 frames
+
+
+def test_tail_padding_needs_audio(ctc_model):
+    features, _ = random_features([260], seed=9)
+    recognizer = StreamingRecognizer(ctc_model, history_seconds=1)
+    recognizer.accept_features(features[0])
+    with pytest.raises(ValueError, match="tail_padding_seconds needs an audio stream"):
+        recognizer.finish(tail_padding_seconds=0.5)
+    with pytest.raises(ValueError, match="tail_padding_seconds must be a finite number of seconds >= 0"):
+        StreamingRecognizer(ctc_model, history_seconds=1).finish(tail_padding_seconds=-0.1)
+
+
 def test_reset_gives_a_fresh_utterance(ctc_model):
     first, _ = random_features([260], seed=9)
     second, _ = random_features([420], seed=10)
@@ -170,6 +207,15 @@ def test_stream_command_prints_each_chunk_and_the_final_hypothesis(ctc_model, tm
     results = recognizer.finish()
     assert [r.frames for r in results] == [30]
     assert recognizer.text == text
+    # With a tail of silence: the recognizer's finish with the same tail.
+    padded = main(["--checkpoint", str(checkpoint), "--wav", str(tmp_path / "a.wav"), "--history", "2",
+                   "--tail-padding-seconds", "0.8"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[1] for line in lines[:-1]] == ["0", "1", "2"]
+    recognizer.reset()
+    recognizer.accept_waveform(torch.from_numpy(read_audio(tmp_path / "a.wav")))
+    assert [r.frames for r in recognizer.finish(0.8)] == [110]
+    assert recognizer.text == padded
 
 
 def test_stream_command_errors_are_one_line(ctc_model, tmp_path):
