@@ -234,19 +234,24 @@ if [ "$stage" -le 9 ] && [ "$stop_stage" -ge 8 ]; then
     data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz"
 fi
 
-# Stage 8's LLM-CTC on the tiny LM learns or stalls by the draw of its seed (the last 100 of
-# its 1,200 updates at 0.12-0.20 per frame, or at 0.57-0.93 with the speech unread; RESULTS.md,
-# "What a stalled run looks like inside", "Stage 8 on the joined stage 4"): a stalled run is
-# named, with what to do, as stage 8 ends.
+# LLM-CTC on the tiny LM learns or stalls by the draw of its seed: stage 8's last 100 of
+# 1,200 updates at 0.12-0.20 per frame, or at 0.57-0.93 with the speech unread (RESULTS.md,
+# "What a stalled run looks like inside", "Stage 8 on the joined stage 4"); the LLM steps of
+# stages 10 and 11 at 0.02-0.05 over their last 100 of 2,300, or 0.91 (RESULTS.md, "The end
+# of a stream"). A stalled run of $exp_dir is named, with what to do ($1), as its stage ends.
+warn_if_stalled() {
+  [ "$llm" = tiny ] || return 0
+  python -m local.training_stall "$exp_dir" --max-loss 0.4 --remedy "$1"
+}
 if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_dir"; then
   train_model
-  if [ "$llm" = tiny ] && [ "$(basename "$llm_config")" = llm_ctc.yaml ]; then
+  if [ "$(basename "$llm_config")" = llm_ctc.yaml ]; then
     remedy=""
     [ "$exp_dir" != "exp/${tag}_llm_ctc" ] || remedy="Stages 10 and 11 start from it: "
     remedy+="move $exp_dir aside and train stage 8 again, at 30x"
     remedy+=" (./run.sh --stage 8 --stop-stage 9 --train-args model.projector_lr_scale=30: no stall in five"
     remedy+=" seeds on the default stage 4) or with another train.seed (RESULTS.md, \"What a stalled run looks like inside\")."
-    python -m local.training_stall "$exp_dir" --max-loss 0.4 --remedy "$remedy"
+    warn_if_stalled "$remedy"
   fi
 fi
 
@@ -322,6 +327,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
   train_model
+  warn_if_stalled "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=43)."
   decode_args="$streaming_decode_args $user_decode_args"
   decode_model "${llm_test_sets[@]}"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
@@ -376,6 +382,7 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
       data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${model_settings[@]}" \
       "${llm_step_settings[@]}" train.init_from="$offline_llm_weights"
     train_model
+    warn_if_stalled "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=43)."
     decode_model "${llm_test_sets[@]}"
   done
   table=exp/${tag}_tables_9_and_5$lookahead_suffix.md

@@ -147,6 +147,11 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     for command in [trainings[1], *decodes[1:], *latency]:
         assert {"model.encoder_lr_scale=0.1", "model.encoder_trained_blocks=3"} <= set(command), command
     assert len(latency) == 1 and not any("encoder_trained_blocks" in a for a in trainings[0] + decodes[0])
+    # The LLM step's folder is read for a stall right after it trains (not the window step's).
+    [stall] = [command for command in launches if "local.training_stall" in command]
+    assert launches.index(stall) == launches.index(trainings[1]) + 1
+    assert stall[2:6] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.4", "--remedy"]
+    assert "move exp/full_llm_ctc_streaming aside and run stage 10 again" in stall[6]
     # Stage 4 keeps one process by default.
     record.unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--stop-stage", "4", *options],
@@ -256,9 +261,11 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     launches = [shlex.split(line) for line in record.read_text().splitlines()]
-    programs = ("asr.train", "asr.decode", "llm_ctc.streaming.table", "local.chunk_boundary_errors")
+    programs = ("asr.train", "local.training_stall", "asr.decode", "llm_ctc.streaming.table",
+                "local.chunk_boundary_errors")
     kinds = [next(m for m in programs if m in command) for command in launches]
-    assert kinds == ["asr.train", "asr.decode"] * 3 + ["llm_ctc.streaming.table", "local.chunk_boundary_errors"]
+    assert kinds == ["asr.train", "local.training_stall", "asr.decode"] * 3 + ["llm_ctc.streaming.table",
+                                                                               "local.chunk_boundary_errors"]
     trainings = [command for command in launches if "asr.train" in command]
     streaming = ("model.streaming=true", "model.streaming_chunk_seconds=2", "model.streaming_max_history=8",
                  "model.streaming_position_offset_chunks=30")
@@ -273,6 +280,9 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
         assert shared | {f"model.readout={readout}"} <= set(command), command
         assert not any(a.startswith("data.concatenate") for a in command), command
         assert set(streaming) <= set(command) if folder.endswith("sentences") else not set(streaming) & set(command)
+    stalls = [command for command in launches if "local.training_stall" in command]
+    assert [command[2] for command in stalls] == list(folders)
+    assert all(f"move {folder} aside and run stage 11 again" in command[6] for command, folder in zip(stalls, folders))
     decodes = [command for command in launches if "asr.decode" in command]
     for command, folder in zip(decodes, folders):
         assert f"train.exp_dir={folder}" in command
