@@ -12,7 +12,7 @@ XDIST_ARGS = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --d
 setup:
 	@bash scripts/setup_env.sh
 
-# The main job: the egs/mini recipe, from synthesized audio to WER (12-15 minutes on
+# The main job: the egs/mini recipe, from synthesized audio to WER (11-15 minutes on
 # 2 idle cores). MINI_ARGS passes options, e.g. MINI_ARGS="--quick 1".
 MINI_ARGS ?=
 mini: setup

@@ -45,10 +45,14 @@ ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap"
                          "train.init_from": "", "train.virtual_ranks": 1, "decode.blank_penalty": [0.0],
                          "decode.tail_padding_seconds": 0.0}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
-# stage 7's tiny LM learned, and the projector at 10 x optim.lr; egs/mini RESULTS.md;
-# llm_ce.yaml extends it and never reads query_init).
+# stage 7's tiny LM learned, and the projector at 10 x optim.lr; llm_ce.yaml extends it and
+# never reads query_init; stage 4 trains on joined sentences, half of its batches; egs/mini
+# RESULTS.md).
 CHANGED_SINCE = {"egs/mini/conf/llm_ctc.yaml": {"model.query_init": "<|fim_pad|>", "model.projector_lr_scale": 10},
-                 "egs/mini/conf/llm_ce.yaml": {"model.query_init": "<|fim_pad|>"}}
+                 "egs/mini/conf/llm_ce.yaml": {"model.query_init": "<|fim_pad|>"},
+                 "egs/mini/conf/train.yaml": {"data.concatenate_seconds": 10.0, "data.concatenate_probability": 0.5,
+                                              "data.concatenate_gap": 0.0, "data.concatenate_max_gap": 0.5,
+                                              "data.concatenate_gap_probability": 0.5}}
 
 
 def flat(config: dict) -> dict:

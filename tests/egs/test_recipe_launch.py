@@ -241,10 +241,52 @@ def test_mini_stage_8_checks_its_tiny_llm_ctc_run_for_a_stall(recipe_copy, tmp_p
         folder = [a.split("=", 1)[1] for a in launches[0] if a.startswith("train.exp_dir=")][-1]  # the last wins
         assert folder == ("exp/mine" if "--train-args" in options else "exp/full_llm_ctc")
         check = launches[1]
-        assert check[2:5] == [folder, "--max-loss", "0.4"] and check[5] == "--remedy"
-        assert f"move {folder} aside" in check[6] and "--train-args model.projector_lr_scale=30" in check[6]
-        # Only the recipe's own folder is where stages 10 and 11 start from.
-        assert check[6].startswith("Stages 10 and 11 start from it: ") == (folder == "exp/full_llm_ctc")
+        assert check[2:7] == [folder, "--max-loss", "0.4", "--stalled-status", "3"]
+        assert check[7:] == ["--remedy", "Stage 8 trains it again at 30x (model.projector_lr_scale=30)."]
+        assert not (recipe / f"{folder}_stalled").exists()  # the stand-in reported no stall
+
+
+# Stand-in python for stage 8's retry: local.training_stall reports a stall (exit 3) when
+# asked for a status, as the real one does for a stalled run; the rest recorded.
+MINI_STALLED_PYTHON = MINI_STAGE_10_PYTHON.replace(
+    'case "$*" in', 'case "$*" in\n  *"-m local.training_stall "*"--stalled-status 3"*) '
+    'line=$(printf \'%q \' "$@"); echo "$line" >> "{record}"; exit 3 ;;')
+
+
+@pytest.mark.parametrize("options", [(), ("--train-args", "train.exp_dir=exp/mine train.seed=44")])
+def test_mini_stage_8_trains_a_stalled_run_again_at_30x_and_resumes_the_retry_at_30x(recipe_copy, tmp_path,
+                                                                                     options):
+    """egs/mini stage 8: a stalled LLM-CTC run on the tiny LM moves to <folder>_stalled and
+    trains again at 30x in its folder, marked, then is checked once more with what is left
+    to do; run again, stage 8 resumes the marked retry at 30x without a second retry."""
+    recipe = recipe_copy("mini")
+    folder = "exp/mine" if options else "exp/full_llm_ctc"
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
+                                                               f"{folder}/checkpoint-1200.pt"))
+    (tmp_path / "bin" / "python").write_text(MINI_STALLED_PYTHON.format(record=record, real=sys.executable))
+    command = ["bash", str(recipe / "run.sh"), "--stage", "8", "--stop-stage", "8", *options]
+    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    assert [c[1] for c in launches] == ["asr.train", "local.training_stall", "asr.train", "local.training_stall"]
+    first, check, retry, warning = launches
+    assert "model.projector_lr_scale=30" not in first and "--stalled-status" in check
+    assert retry[-1] == "model.projector_lr_scale=30" and retry[:-1] == first  # the same run, at 30x
+    assert (recipe / f"{folder}_stalled/checkpoint-1200.pt").is_file()  # the stalled run kept
+    assert (recipe / f"{folder}/retrained_at_30x").is_file() and not (recipe / f"{folder}/checkpoint-1200.pt").exists()
+    assert "the run stalled (now in " in result.stdout + result.stderr
+    assert warning[2:5] == [folder, "--max-loss", "0.4"] and "--stalled-status" not in warning
+    assert "another train.seed" in warning[-1]
+    # Only the recipe's own folder is where stages 10 and 11 start from.
+    assert warning[-1].startswith("Stages 10 and 11 start from it: ") == (folder == "exp/full_llm_ctc")
+    # Run again (an interrupted retry, say): the retry resumes at 30x, no second retry.
+    record.unlink()
+    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    assert [c[1] for c in launches] == ["asr.train", "local.training_stall"]
+    assert launches[0] == retry and "--stalled-status" not in launches[1]
+    assert not (recipe / f"{folder}_stalled2").exists()
 
 
 def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_and_prints_tables_9_and_5(

@@ -65,3 +65,20 @@ def test_a_checkpoint_without_losses_and_a_folder_without_checkpoints_are_named(
     assert f"no epoch-*.pt or checkpoint-*.pt in {tmp_path / 'empty'}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([str(tmp_path / "old"), "--max-loss", "0"])
+
+
+def test_a_stalled_run_exits_with_the_status_asked_for_and_only_a_stalled_one(tmp_path: Path, capsys) -> None:
+    """--stalled-status: the status of a run that stalled (egs/mini's stage 8 trains it again);
+    a run that learned and one without recorded losses exit 0."""
+    write_run(tmp_path / "stalled", curve([0.72] * 4))
+    write_run(tmp_path / "learned", curve([0.13] * 4))
+    write_run(tmp_path / "old", [], with_losses=False)
+    assert main([str(tmp_path / "stalled"), "--max-loss", "0.4", "--stalled-status", "3"]) == 3
+    assert "stalled" in capsys.readouterr().err
+    assert main([str(tmp_path / "learned"), "--max-loss", "0.4", "--stalled-status", "3"]) == 0
+    assert main([str(tmp_path / "old"), "--max-loss", "0.4", "--stalled-status", "3"]) == 0
+    assert "holds no training losses" in capsys.readouterr().err
+    for status in ("2", "256", "-1"):
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "stalled"), "--max-loss", "0.4", "--stalled-status", status])
+    assert "--stalled-status must be 0-255 and not 2" in capsys.readouterr().err
