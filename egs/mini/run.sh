@@ -239,6 +239,16 @@ fi
 # "What a stalled run looks like inside", "Stage 8 on the joined stage 4"); the LLM steps of
 # stages 10 and 11 at 0.02-0.05 over their last 100 of 2,300, or 0.91 (RESULTS.md, "The end
 # of a stream"). A stalled run of $exp_dir is named, with what to do ($1), as its stage ends.
+# The seed a remedy names: one above the run's own (the last train.seed= of --train-args,
+# else asr.config's 42), so that it never names the seed that just stalled.
+another_seed() {
+  local seed=42 arg
+  for arg in $train_args; do
+    case "$arg" in train.seed=*) seed=${arg#train.seed=} ;; esac
+  done
+  [[ "$seed" =~ ^[0-9]+$ ]] || die "--train-args: train.seed must be a non-negative integer, got '$seed'"
+  echo $((seed + 1))
+}
 warn_if_stalled() {
   [ "$llm" = tiny ] || return 0
   python -m local.training_stall "$exp_dir" --max-loss 0.4 --remedy "$1"
@@ -272,7 +282,7 @@ if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_di
       remedy=""
       [ "$exp_dir" != "exp/${tag}_llm_ctc" ] || remedy="Stages 10 and 11 start from it: "
       remedy+="move $exp_dir aside and train stage 8 again with another train.seed (./run.sh --stage 8"
-      remedy+=" --stop-stage 9 --train-args train.seed=43; RESULTS.md, \"What a stalled run looks like inside\")."
+      remedy+=" --stop-stage 9 --train-args train.seed=$(another_seed); RESULTS.md, \"What a stalled run looks like inside\")."
       warn_if_stalled "$remedy"
     fi
   fi
@@ -350,7 +360,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
   train_model
-  warn_if_stalled "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=43)."
+  warn_if_stalled "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=$(another_seed))."
   decode_args="$streaming_decode_args $user_decode_args"
   decode_model "${llm_test_sets[@]}"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
@@ -405,7 +415,7 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
       data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${model_settings[@]}" \
       "${llm_step_settings[@]}" train.init_from="$offline_llm_weights"
     train_model
-    warn_if_stalled "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=43)."
+    warn_if_stalled "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=$(another_seed))."
     decode_model "${llm_test_sets[@]}"
   done
   table=exp/${tag}_tables_9_and_5$lookahead_suffix.md

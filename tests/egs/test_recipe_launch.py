@@ -152,6 +152,7 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     assert launches.index(stall) == launches.index(trainings[1]) + 1
     assert stall[2:6] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.4", "--remedy"]
     assert "move exp/full_llm_ctc_streaming aside and run stage 10 again" in stall[6]
+    assert stall[6].endswith("(--train-args train.seed=43).")
     # Stage 4 keeps one process by default.
     record.unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--stop-stage", "4", *options],
@@ -277,6 +278,8 @@ def test_mini_stage_8_trains_a_stalled_run_again_at_30x_and_resumes_the_retry_at
     assert "the run stalled (now in " in result.stdout + result.stderr
     assert warning[2:5] == [folder, "--max-loss", "0.4"] and "--stalled-status" not in warning
     assert "another train.seed" in warning[-1]
+    # The seed it names is one above the run's own, never the one that just stalled.
+    assert f"--train-args train.seed={45 if options else 43};" in warning[-1]
     # Only the recipe's own folder is where stages 10 and 11 start from.
     assert warning[-1].startswith("Stages 10 and 11 start from it: ") == (folder == "exp/full_llm_ctc")
     # Run again (an interrupted retry, say): the retry resumes at 30x, no second retry.
@@ -325,6 +328,7 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     stalls = [command for command in launches if "local.training_stall" in command]
     assert [command[2] for command in stalls] == list(folders)
     assert all(f"move {folder} aside and run stage 11 again" in command[6] for command, folder in zip(stalls, folders))
+    assert all(command[6].endswith("(--train-args train.seed=43).") for command in stalls)
     decodes = [command for command in launches if "asr.decode" in command]
     for command, folder in zip(decodes, folders):
         assert f"train.exp_dir={folder}" in command
