@@ -103,6 +103,14 @@ case "$ctc_loss" in pruned|standard) ;; *) die "--ctc-loss must be pruned or sta
 for count in num_train num_dev num_test vocab_size; do
   [[ "${!count}" =~ ^[1-9][0-9]*$ ]] || die "--${count//_/-} must be a positive integer, got '${!count}'"
 done
+# The seed of this run's trainings (the last train.seed= of --train-args, else asr.config's
+# 42): a stalled run is trained again, or named, with the seed above it.
+run_seed=42
+read -r -a user_settings <<< "$train_args"
+for setting in "${user_settings[@]}"; do
+  case "$setting" in train.seed=*) run_seed=${setting#train.seed=} ;; esac
+done
+[[ "$run_seed" =~ ^[0-9]+$ ]] || die "--train-args: train.seed must be a non-negative integer, got '$run_seed'"
 recipe_setup
 
 tag=$([ "$quick" = 1 ] && echo quick || echo full)
@@ -238,53 +246,59 @@ fi
 # 1,200 updates at 0.12-0.20 per frame, or at 0.50-0.93 with the speech unread (RESULTS.md,
 # "What a stalled run looks like inside", "Stage 8 on the joined stage 4"); the LLM steps of
 # stages 10 and 11 at 0.02-0.05 over their last 100 of 2,300, or 0.91 (RESULTS.md, "The end
-# of a stream"). A stalled run of $exp_dir is named, with what to do ($1), as its stage ends.
-# The seed a remedy names: one above the run's own (the last train.seed= of --train-args,
-# else asr.config's 42), so that it never names the seed that just stalled.
-another_seed() {
-  local seed=42 arg
-  for arg in $train_args; do
-    case "$arg" in train.seed=*) seed=${arg#train.seed=} ;; esac
-  done
-  [[ "$seed" =~ ^[0-9]+$ ]] || die "--train-args: train.seed must be a non-negative integer, got '$seed'"
-  echo $((seed + 1))
-}
+# of a stream"; of stage 11's single-sentence streaming models from a 30x stage 8, 2 of 4
+# in the sitting of 2026-12-06, each learned with another seed: RESULTS.md, "Table 9 over
+# three seeds on the joined preset"). Stage 8 trains a stalled run again at 30x (below),
+# stages 10 and 11 with the seed above the run's own (never the one that just stalled);
+# a retry that stalls too is named, with what to do ($1), as its stage ends.
+seed_retry_mark=retrained_with_the_next_seed
+seed_retry_says="It trains again with the next seed (train.seed=$((run_seed + 1)))."
 warn_if_stalled() {
   [ "$llm" = tiny ] || return 0
   python -m local.training_stall "$exp_dir" --max-loss 0.4 --remedy "$1"
 }
+# train_or_retry MARK CHECK_REMEDY RETRY_REMEDY SETTING...: train_model into $exp_dir; on the
+# tiny LM a run that stalled moves to ${exp_dir}_stalled (_stalled2, ...) and trains again
+# in $exp_dir with SETTING... after all others (CHECK_REMEDY says so as it is found), its
+# folder holding MARK, so that an interrupted retry resumes with SETTING...; a retry that
+# stalls too is named with RETRY_REMEDY.
+train_or_retry() {
+  local mark=$exp_dir/$1 check_remedy=$2 retry_remedy=$3 status=0 stalled_dir copy=1
+  shift 3
+  if [ -e "$mark" ]; then
+    train_settings+=("$@")
+    train_model
+    warn_if_stalled "$retry_remedy"
+    return
+  fi
+  train_model
+  [ "$llm" = tiny ] || return 0
+  python -m local.training_stall "$exp_dir" --max-loss 0.4 --stalled-status 3 --remedy "$check_remedy" || status=$?
+  [ "$status" = 0 ] || [ "$status" = 3 ] || die "local.training_stall could not read $exp_dir (exit $status)"
+  [ "$status" = 3 ] || return 0
+  stalled_dir=${exp_dir}_stalled
+  while [ -e "$stalled_dir" ]; do copy=$((copy + 1)) stalled_dir=${exp_dir}_stalled$copy; done
+  mv "$exp_dir" "$stalled_dir"
+  mkdir -p "$exp_dir" && touch "$mark"
+  log "the run stalled (now in $stalled_dir); training it again with $* into $exp_dir"
+  train_settings+=("$@")
+  train_model
+  warn_if_stalled "$retry_remedy"
+}
 # Stage 8's LLM-CTC on the tiny LM that stalled is trained again at 30x by itself
 # (model.projector_lr_scale=30: no stall in six runs; stage 10 from the stalled run of
 # 2026-12-06 made 1.32x the errors of stage 10 from its retry; RESULTS.md, "Stage 4's
-# preset trains on joins"): the stalled run moves to ${exp_dir}_stalled, and the retry's
-# folder holds retrained_at_30x, so that an interrupted retry resumes at 30x.
+# preset trains on joins"), its folder marked retrained_at_30x.
 if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_dir"; then
-  retry_mark=$exp_dir/retrained_at_30x
-  [ ! -e "$retry_mark" ] || train_settings+=(model.projector_lr_scale=30)
-  train_model
-  if [ "$(basename "$llm_config")" = llm_ctc.yaml ] && [ "$llm" = tiny ]; then
-    if [ ! -e "$retry_mark" ]; then
-      status=0
-      python -m local.training_stall "$exp_dir" --max-loss 0.4 --stalled-status 3 \
-        --remedy "Stage 8 trains it again at 30x (model.projector_lr_scale=30)." || status=$?
-      [ "$status" = 0 ] || [ "$status" = 3 ] || die "stage 8: local.training_stall could not read $exp_dir (exit $status)"
-      if [ "$status" = 3 ]; then
-        stalled_dir=${exp_dir}_stalled copy=1
-        while [ -e "$stalled_dir" ]; do copy=$((copy + 1)) stalled_dir=${exp_dir}_stalled$copy; done
-        mv "$exp_dir" "$stalled_dir"
-        mkdir -p "$exp_dir" && touch "$retry_mark"
-        log "stage 8: the run stalled (now in $stalled_dir); training it again at 30x into $exp_dir"
-        train_settings+=(model.projector_lr_scale=30)
-        train_model
-      fi
-    fi
-    if [ -e "$retry_mark" ]; then
-      remedy=""
-      [ "$exp_dir" != "exp/${tag}_llm_ctc" ] || remedy="Stages 10 and 11 start from it: "
-      remedy+="move $exp_dir aside and train stage 8 again with another train.seed (./run.sh --stage 8"
-      remedy+=" --stop-stage 9 --train-args train.seed=$(another_seed); RESULTS.md, \"What a stalled run looks like inside\")."
-      warn_if_stalled "$remedy"
-    fi
+  if [ "$(basename "$llm_config")" = llm_ctc.yaml ]; then
+    remedy=""
+    [ "$exp_dir" != "exp/${tag}_llm_ctc" ] || remedy="Stages 10 and 11 start from it: "
+    remedy+="move $exp_dir aside and train stage 8 again with another train.seed (./run.sh --stage 8"
+    remedy+=" --stop-stage 9 --train-args train.seed=$((run_seed + 1)); RESULTS.md, \"What a stalled run looks like inside\")."
+    train_or_retry retrained_at_30x "Stage 8 trains it again at 30x (model.projector_lr_scale=30)." "$remedy" \
+      model.projector_lr_scale=30
+  else
+    train_model
   fi
 fi
 
@@ -359,8 +373,9 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m local.export_decoding_weights "$streaming_encoder_dir" "$streaming_encoder_weights"
   python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
-  train_model
-  warn_if_stalled "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=$(another_seed))."
+  train_or_retry "$seed_retry_mark" "$seed_retry_says" \
+    "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
+    train.seed=$((run_seed + 1))
   decode_args="$streaming_decode_args $user_decode_args"
   decode_model "${llm_test_sets[@]}"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
@@ -414,8 +429,9 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
       data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
       data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${model_settings[@]}" \
       "${llm_step_settings[@]}" train.init_from="$offline_llm_weights"
-    train_model
-    warn_if_stalled "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=$(another_seed))."
+    train_or_retry "$seed_retry_mark" "$seed_retry_says" \
+      "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
+      train.seed=$((run_seed + 1))
     decode_model "${llm_test_sets[@]}"
   done
   table=exp/${tag}_tables_9_and_5$lookahead_suffix.md

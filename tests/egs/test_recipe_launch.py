@@ -150,9 +150,10 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     # The LLM step's folder is read for a stall right after it trains (not the window step's).
     [stall] = [command for command in launches if "local.training_stall" in command]
     assert launches.index(stall) == launches.index(trainings[1]) + 1
-    assert stall[2:6] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.4", "--remedy"]
-    assert "move exp/full_llm_ctc_streaming aside and run stage 10 again" in stall[6]
-    assert stall[6].endswith("(--train-args train.seed=43).")
+    # A stall there trains it again with the seed above the run's own (the stand-in reported none).
+    assert stall[2:] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.4", "--stalled-status", "3",
+                         "--remedy", "It trains again with the next seed (train.seed=43)."]
+    assert not (recipe / "exp/full_llm_ctc_streaming_stalled").exists()
     # Stage 4 keeps one process by default.
     record.unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--stop-stage", "4", *options],
@@ -292,6 +293,70 @@ def test_mini_stage_8_trains_a_stalled_run_again_at_30x_and_resumes_the_retry_at
     assert not (recipe / f"{folder}_stalled2").exists()
 
 
+@pytest.mark.parametrize("stage, folder", [("10", "exp/full_llm_ctc_streaming"),
+                                           ("11", "exp/full_llm_ctc_streaming_sentences")])
+@pytest.mark.parametrize("seed", [None, 44])
+def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed(recipe_copy, tmp_path, stage,
+                                                                                 folder, seed):
+    """egs/mini stages 10 and 11: an LLM step on the tiny LM that stalled moves to
+    <folder>_stalled and trains again in its folder with the seed above the run's own (43
+    by default, 45 after --train-args train.seed=44), its folder marked; the retry is read
+    once more, naming the seed above the retry's; run again, the marked retry resumes with
+    its seed and is not retried. The stand-in python reports a stall for every model."""
+    recipe = recipe_copy("mini")
+    options = ("--train-args", f"train.seed={seed}") if seed else ()
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
+                                                               "exp/full_llm_ctc/decoding.pt",
+                                                               "exp/full_pruned_ctc/decoding.pt",
+                                                               *(f"exp/full_llm_ctc_{name}/checkpoint-2300.pt"
+                                                                 for name in ("streaming", "speech_offline",
+                                                                              "query_offline", "streaming_sentences"))))
+    (tmp_path / "bin" / "python").write_text(MINI_STALLED_PYTHON.format(record=record, real=sys.executable))
+    command = ["bash", str(recipe / "run.sh"), "--stage", stage, "--stop-stage", stage, *options]
+    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    trained = [i for i, c in enumerate(launches) if "asr.train" in c and f"train.exp_dir={folder}" in c]
+    assert len(trained) == 2
+    first, retry = (launches[i] for i in trained)
+    run_seed = seed or 42
+    assert retry == first + [f"train.seed={run_seed + 1}"]  # the same run, the next seed after all others
+    check, warning = launches[trained[0] + 1], launches[trained[1] + 1]
+    assert check[1:] == ["local.training_stall", folder, "--max-loss", "0.4", "--stalled-status", "3", "--remedy",
+                         f"It trains again with the next seed (train.seed={run_seed + 1})."]
+    assert warning[1:5] == ["local.training_stall", folder, "--max-loss", "0.4"] and "--stalled-status" not in warning
+    assert warning[-1] == (f"move {folder} aside and run stage {stage} again with another seed"
+                           f" (--train-args train.seed={run_seed + 2}).")
+    assert (recipe / f"{folder}_stalled/checkpoint-2300.pt").is_file()  # the stalled run kept
+    assert (recipe / folder / "retrained_with_the_next_seed").is_file()
+    assert f"the run stalled (now in {folder}_stalled); training it again with train.seed={run_seed + 1}" in \
+        result.stdout + result.stderr
+    # Its decodes read the retry.
+    decodes = [c for c in launches if "asr.decode" in c and f"train.exp_dir={folder}" in c]
+    assert decodes and all(c.index(f"train.seed={run_seed + 1}") > c.index(f"train.exp_dir={folder}")
+                           for c in decodes)
+    # Run again (an interrupted retry, say): it resumes with the next seed, no second retry.
+    record.unlink()
+    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    [resumed] = [c for c in launches if "asr.train" in c and f"train.exp_dir={folder}" in c]
+    assert resumed == retry and "--stalled-status" not in launches[launches.index(resumed) + 1]
+    assert not (recipe / f"{folder}_stalled2").exists()
+
+
+def test_a_train_seed_that_is_not_a_whole_number_is_an_error_naming_it(recipe_copy, tmp_path):
+    """egs/mini: --train-args train.seed is read once, before any stage, for the seed a
+    stalled run is trained again with: a bad one stops run.sh there, naming it."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ())
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11",
+                             "--train-args", "train.seed=4x"], cwd=recipe, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode != 0 and "train.seed must be a non-negative integer, got '4x'" in result.stderr
+    assert not record.exists()
+
+
 def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_and_prints_tables_9_and_5(
         recipe_copy, tmp_path):
     """egs/mini stage 11: three trainings with stage 10's LLM-step settings but not its
@@ -326,9 +391,9 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
         assert not any(a.startswith("data.concatenate") for a in command), command
         assert set(streaming) <= set(command) if folder.endswith("sentences") else not set(streaming) & set(command)
     stalls = [command for command in launches if "local.training_stall" in command]
-    assert [command[2] for command in stalls] == list(folders)
-    assert all(f"move {folder} aside and run stage 11 again" in command[6] for command, folder in zip(stalls, folders))
-    assert all(command[6].endswith("(--train-args train.seed=43).") for command in stalls)
+    assert [command[2:] for command in stalls] == [[folder, "--max-loss", "0.4", "--stalled-status", "3", "--remedy",
+                                                    "It trains again with the next seed (train.seed=43)."]
+                                                   for folder in folders]
     decodes = [command for command in launches if "asr.decode" in command]
     for command, folder in zip(decodes, folders):
         assert f"train.exp_dir={folder}" in command
