@@ -260,13 +260,16 @@ warn_if_stalled() {
 # train_or_retry MARK CHECK_REMEDY RETRY_REMEDY SETTING...: train_model into $exp_dir; on the
 # tiny LM a run that stalled moves to ${exp_dir}_stalled (_stalled2, ...) and trains again
 # in $exp_dir with SETTING... after all others (CHECK_REMEDY says so as it is found), its
-# folder holding MARK, so that an interrupted retry resumes with SETTING...; a retry that
-# stalls too is named with RETRY_REMEDY.
+# folder holding MARK with those settings, so that the retry resumes and decodes with them
+# however the stage is run again (an empty mark, as stage 8 wrote before, stands for
+# SETTING...); a retry that stalls too is named with RETRY_REMEDY.
 train_or_retry() {
-  local mark=$exp_dir/$1 check_remedy=$2 retry_remedy=$3 status=0 stalled_dir copy=1
+  local mark=$exp_dir/$1 check_remedy=$2 retry_remedy=$3 status=0 stalled_dir copy=1 marked=()
   shift 3
   if [ -e "$mark" ]; then
-    train_settings+=("$@")
+    mapfile -t marked < "$mark"
+    [ "${#marked[@]}" -gt 0 ] || marked=("$@")
+    train_settings+=("${marked[@]}")
     train_model
     warn_if_stalled "$retry_remedy"
     return
@@ -279,7 +282,7 @@ train_or_retry() {
   stalled_dir=${exp_dir}_stalled
   while [ -e "$stalled_dir" ]; do copy=$((copy + 1)) stalled_dir=${exp_dir}_stalled$copy; done
   mv "$exp_dir" "$stalled_dir"
-  mkdir -p "$exp_dir" && touch "$mark"
+  mkdir -p "$exp_dir" && printf '%s\n' "$@" > "$mark"
   log "the run stalled (now in $stalled_dir); training it again with $* into $exp_dir"
   train_settings+=("$@")
   train_model

@@ -291,6 +291,12 @@ def test_mini_stage_8_trains_a_stalled_run_again_at_30x_and_resumes_the_retry_at
     assert [c[1] for c in launches] == ["asr.train", "local.training_stall"]
     assert launches[0] == retry and "--stalled-status" not in launches[1]
     assert not (recipe / f"{folder}_stalled2").exists()
+    # A mark from before it held its settings (empty) stands for the same retry.
+    (recipe / f"{folder}/retrained_at_30x").write_text("")
+    record.unlink()
+    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert shlex.split(record.read_text().splitlines()[0]) == retry
 
 
 @pytest.mark.parametrize("stage, folder", [("10", "exp/full_llm_ctc_streaming"),
@@ -343,6 +349,18 @@ def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed
     [resumed] = [c for c in launches if "asr.train" in c and f"train.exp_dir={folder}" in c]
     assert resumed == retry and "--stalled-status" not in launches[launches.index(resumed) + 1]
     assert not (recipe / f"{folder}_stalled2").exists()
+    # Run with another seed (the other models of the stage, say), the retry still resumes
+    # and decodes with the seed it was trained with: the mark holds it.
+    assert (recipe / folder / "retrained_with_the_next_seed").read_text() == f"train.seed={run_seed + 1}\n"
+    record.unlink()
+    other = ["bash", str(recipe / "run.sh"), "--stage", stage, "--stop-stage", stage, "--train-args", "train.seed=7"]
+    result = subprocess.run(other, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    for c in launches:
+        if f"train.exp_dir={folder}" in c and ("asr.train" in c or "asr.decode" in c):
+            assert c[-1] == f"train.seed={run_seed + 1}" or "asr.decode" in c, c
+            assert c.index(f"train.seed={run_seed + 1}") > c.index("train.seed=7"), c
 
 
 def test_a_train_seed_that_is_not_a_whole_number_is_an_error_naming_it(recipe_copy, tmp_path):
