@@ -60,6 +60,13 @@ class SpeechLLM(Recognizer):
         # The LLM head, frozen: its weight may be the input embedding (tied in the
         # smaller Qwen3 models, App. D.3).
         self.lm_head = pretrained.head
+        if config.llm_full_finetune:
+            frozen = {id(p) for p in self.llm.get_input_embeddings().parameters()}
+            frozen |= {id(p) for p in self.lm_head.parameters()}
+            for parameter in self.llm.parameters():
+                parameter.requires_grad_(id(parameter) not in frozen)
+            logging.info("LLM layers and final norm trained whole (model.llm_full_finetune): %d parameters",
+                         sum(p.numel() for p in self.llm.parameters() if p.requires_grad))
 
     # --- inputs -------------------------------------------------------------------
 
@@ -119,7 +126,8 @@ class SpeechLLM(Recognizer):
         return not self.encoder.trainable or isinstance(self.encoder, ZipformerSpeechEncoder)
 
     def checkpoint_state_dict(self) -> Dict[str, Tensor]:
-        """Only the parameters that train (LoRA, projector, query, blank offset)."""
+        """Only the parameters that train (LoRA, projector, query, blank offset; the LLM's
+        layers under ``model.llm_full_finetune``)."""
         return {name: value.detach().clone() for name, value in self.named_parameters() if value.requires_grad}
 
     def load_checkpoint_state_dict(self, state: Mapping[str, Tensor]) -> None:
@@ -140,18 +148,22 @@ class SpeechLLM(Recognizer):
     def parameter_groups(self, weight_decay: float) -> List[dict]:
         """AdamW groups: weight decay on matrices (LoRA, projector linears) only; biases,
         norms, the query vector and the blank offset are not decayed (decaying eta
-        towards 0 would undo its log c_bl start). The projector's parameters run at
+        towards 0 would undo its log c_bl start), nor the LLM's own weights under
+        ``model.llm_full_finetune`` (decay would shrink the pretrained LLM towards 0, where
+        LoRA's decays towards the LLM). The projector's parameters run at
         ``model.projector_lr_scale`` x optim.lr, a trained encoder's at
         ``model.encoder_lr_scale`` x optim.lr: groups of another scale than 1 carry it as
         ``lr_scale``."""
         scale_of = {id(p): scale for module, scale in ((self.projector, self.config.projector_lr_scale),
                                                         (self.encoder, self.config.encoder_lr_scale))
                     for p in module.parameters()}
+        pretrained = {id(p) for p in self.llm.parameters()} if self.config.llm_full_finetune else set()
         by_scale: Dict[float, Tuple[list, list]] = {1.0: ([], [])}
         for parameter in self.parameters():
             if parameter.requires_grad:
                 decay, no_decay = by_scale.setdefault(scale_of.get(id(parameter), 1.0), ([], []))
-                (decay if parameter.dim() >= 2 else no_decay).append(parameter)
+                decayed = parameter.dim() >= 2 and id(parameter) not in pretrained
+                (decay if decayed else no_decay).append(parameter)
         groups = []
         for scale, (decay, no_decay) in by_scale.items():
             extra = {} if scale == 1.0 else {"lr_scale": scale}

@@ -106,6 +106,11 @@ class LLMASRConfig:
     lora_alpha: float = 64.0
     lora_dropout: float = 0.05
     lora_targets: Tuple[str, ...] = LORA_TARGETS
+    # Instead of LoRA (lora_rank 0): every weight of the LLM's layers and final norm trains
+    # (at optim.lr, no weight decay); its embeddings and head stay frozen (the head may be
+    # the embeddings). For an LLM as small as egs/mini's tiny LM; a LoRA run starts it with
+    # its LoRA folded into the layers (``python -m llm_ctc.merge_lora``, ``train.init_from``).
+    llm_full_finetune: bool = False
     # LLM-CE (Sec. 4.1, eq. 10; App. D.2 decoding: the beam is decode.beam_size).
     ce_user_text: str = "Transcribe the speech."
     eos_id: Optional[int] = None  # None: the tokenizer's EOS
@@ -166,6 +171,9 @@ class LLMASRConfig:
                              "encoder: set model.encoder_lr_scale > 0 as well")
         if self.lora_rank < 0:
             raise ValueError(f"model.lora_rank must be >= 0 (0: no LoRA), got {self.lora_rank}")
+        if self.llm_full_finetune and self.lora_rank:
+            raise ValueError(f"model.llm_full_finetune trains the LLM's layers instead of LoRA: set model.lora_rank=0, "
+                             f"got {self.lora_rank}")
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"model.lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.query_std <= 0:
