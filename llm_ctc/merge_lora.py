@@ -35,6 +35,10 @@ def merged_checkpoint(checkpoint: Dict[str, Any], source: str = "the checkpoint"
             not isinstance(checkpoint.get("model"), dict):
         raise ValueError(f"{source} is not a checkpoint of asr.train (expected 'model' weights and a 'config' "
                          "with a 'model' section)")
+    family = run_config.get("family")
+    if family != "llm_ctc":
+        raise ValueError(f"{source} is a checkpoint of the {family!r} family, not of LLM-CTC / LLM-CE "
+                         "(family: llm_ctc)")
     config = LLMASRConfig.from_dict(run_config["model"])
     if config.lora_rank == 0:
         raise ValueError(f"{source} has no LoRA to merge (model.lora_rank is 0)")

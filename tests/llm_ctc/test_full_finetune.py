@@ -82,3 +82,9 @@ def test_a_merged_lora_checkpoint_starts_the_whole_layers_where_lora_was(ctc_con
     torch.save(merged, no_lora)
     with pytest.raises(SystemExit, match="no LoRA to merge"):
         merge_lora.main([str(no_lora), str(tmp_path / "again.pt")])
+    # A checkpoint of another family (a Zipformer's) is named as such.
+    zipformer = tmp_path / "zipformer.pt"
+    torch.save({"model": {}, "config": {"family": "zipformer", "model": {"num_heads": [4]}}}, zipformer)
+    with pytest.raises(SystemExit, match="of the 'zipformer' family, not of LLM-CTC"):
+        merge_lora.main([str(zipformer), str(tmp_path / "again.pt")])
+    assert not (tmp_path / "again.pt").exists()
