@@ -151,7 +151,7 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     [stall] = [command for command in launches if "local.training_stall" in command]
     assert launches.index(stall) == launches.index(trainings[1]) + 1
     # A stall there trains it again with the seed above the run's own (the stand-in reported none).
-    assert stall[2:] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.4", "--stalled-status", "3",
+    assert stall[2:] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.08", "--stalled-status", "3",
                          "--remedy", "It trains again with the next seed (train.seed=43)."]
     assert not (recipe / "exp/full_llm_ctc_streaming_stalled").exists()
     # Stage 4 keeps one process by default.
@@ -248,6 +248,27 @@ def test_mini_stage_8_checks_its_tiny_llm_ctc_run_for_a_stall(recipe_copy, tmp_p
         assert not (recipe / f"{folder}_stalled").exists()  # the stand-in reported no stall
 
 
+def test_mini_stall_thresholds_stage_8_and_the_llm_steps_of_stages_10_and_11(recipe_copy, tmp_path):
+    """egs/mini, stages 8-11 in one run: stage 8's LLM-CTC counts as stalled above 0.4 per
+    frame over its last 100 updates (its learned runs end at 0.12-0.20), the LLM steps of
+    stages 10 and 11 above 0.08 (theirs at 0.010-0.063, a slow one at 0.106), each read
+    right after it trains."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
+                                                               "exp/full_llm_ctc/decoding.pt",
+                                                               "exp/full_pruned_ctc_streaming/decoding.pt"))
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "8", "--stop-stage", "11"],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    checks = [(launches[i - 1], c) for i, c in enumerate(launches) if "local.training_stall" in c]
+    trained = [[a.split("=", 1)[1] for a in t if a.startswith("train.exp_dir=")][-1] for t, _ in checks]
+    assert trained == ["exp/full_llm_ctc", "exp/full_llm_ctc_streaming", "exp/full_llm_ctc_speech_offline",
+                       "exp/full_llm_ctc_query_offline", "exp/full_llm_ctc_streaming_sentences"]
+    assert [c[2:5] for _, c in checks] == [[folder, "--max-loss", "0.4" if i == 0 else "0.08"]
+                                           for i, folder in enumerate(trained)]
+
+
 # Stand-in python for stage 8's retry: local.training_stall reports a stall (exit 3) when
 # asked for a status, as the real one does for a stalled run; the rest recorded.
 MINI_STALLED_PYTHON = MINI_STAGE_10_PYTHON.replace(
@@ -328,9 +349,9 @@ def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed
     run_seed = seed or 42
     assert retry == first + [f"train.seed={run_seed + 1}"]  # the same run, the next seed after all others
     check, warning = launches[trained[0] + 1], launches[trained[1] + 1]
-    assert check[1:] == ["local.training_stall", folder, "--max-loss", "0.4", "--stalled-status", "3", "--remedy",
+    assert check[1:] == ["local.training_stall", folder, "--max-loss", "0.08", "--stalled-status", "3", "--remedy",
                          f"It trains again with the next seed (train.seed={run_seed + 1})."]
-    assert warning[1:5] == ["local.training_stall", folder, "--max-loss", "0.4"] and "--stalled-status" not in warning
+    assert warning[1:5] == ["local.training_stall", folder, "--max-loss", "0.08"] and "--stalled-status" not in warning
     assert warning[-1] == (f"move {folder} aside and run stage {stage} again with another seed"
                            f" (--train-args train.seed={run_seed + 2}).")
     assert (recipe / f"{folder}_stalled/checkpoint-2300.pt").is_file()  # the stalled run kept
@@ -409,7 +430,7 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
         assert not any(a.startswith("data.concatenate") for a in command), command
         assert set(streaming) <= set(command) if folder.endswith("sentences") else not set(streaming) & set(command)
     stalls = [command for command in launches if "local.training_stall" in command]
-    assert [command[2:] for command in stalls] == [[folder, "--max-loss", "0.4", "--stalled-status", "3", "--remedy",
+    assert [command[2:] for command in stalls] == [[folder, "--max-loss", "0.08", "--stalled-status", "3", "--remedy",
                                                     "It trains again with the next seed (train.seed=43)."]
                                                    for folder in folders]
     decodes = [command for command in launches if "asr.decode" in command]
