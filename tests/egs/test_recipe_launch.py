@@ -99,6 +99,15 @@ def recorded_mini_programs(recipe: Path, tmp_path: Path, cores: int, inputs) -> 
     return env, record
 
 
+def recorded_launches(recipe: Path, env: dict, record: Path, *options: str) -> list:
+    """Run egs/mini's run.sh with ``options`` under :func:`recorded_mini_programs`'s
+    environment; it must succeed. The programs it launched, each split into its words."""
+    result = subprocess.run(["bash", str(recipe / "run.sh"), *options], cwd=recipe, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [shlex.split(line) for line in record.read_text().splitlines()]
+
+
 @pytest.mark.parametrize("cores, options, processes", [
     (2, (), 2), (1, (), 1), (2, ("--cpu-processes", "1"), 1), (2, ("--cpu-processes", "3"), 3),
 ])
@@ -257,10 +266,7 @@ def test_mini_stall_thresholds_stage_8_and_the_llm_steps_of_stages_10_and_11(rec
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
                                                                "exp/full_pruned_ctc_streaming/decoding.pt"))
-    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "8", "--stop-stage", "11"],
-                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    launches = recorded_launches(recipe, env, record, "--stage", "8", "--stop-stage", "11")
     checks = [(launches[i - 1], c) for i, c in enumerate(launches) if "local.training_stall" in c]
     trained = [[a.split("=", 1)[1] for a in t if a.startswith("train.exp_dir=")][-1] for t, _ in checks]
     assert trained == ["exp/full_llm_ctc", "exp/full_llm_ctc_streaming", "exp/full_llm_ctc_speech_offline",
@@ -406,10 +412,7 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
                                                                "exp/full_pruned_ctc/decoding.pt"))
-    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
-                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    launches = recorded_launches(recipe, env, record, "--stage", "11", "--stop-stage", "11")
     programs = ("asr.train", "local.training_stall", "asr.decode", "llm_ctc.streaming.table",
                 "local.chunk_boundary_errors")
     kinds = [next(m for m in programs if m in command) for command in launches]
