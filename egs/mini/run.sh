@@ -249,9 +249,9 @@ fi
 # 100 of 2,300, the stalled ones at 0.52-1.07, and between them are slow ones
 # (0.106: 8.3x its offline twin's errors; stage 10 from a stalled stage 8, 0.076: 1.32x):
 # stalled above 0.08 there (RESULTS.md, "The end of a stream", "Table 9 over three seeds on
-# the joined preset", "Slow LLM steps"). Stage 8 trains a stalled run again at 30x (below),
-# stages 10 and 11 with the seed above the run's own (never the one that just stalled);
-# a retry that stalls too is named, with what to do ($1), as its stage ends.
+# the joined preset", "Slow LLM steps"). Stages 8, 10 and 11 train a stalled run again with
+# the seed above the run's own (never the one that just stalled), stage 8 then at 30x
+# (below); a last retry that stalls too is named, with what to do, as its stage ends.
 stall_max_loss=0.4
 seed_retry_mark=retrained_with_the_next_seed
 seed_retry_says="It trains again with the next seed (train.seed=$((run_seed + 1)))."
@@ -259,49 +259,64 @@ warn_if_stalled() {
   [ "$llm" = tiny ] || return 0
   python -m local.training_stall "$exp_dir" --max-loss "$stall_max_loss" --remedy "$1"
 }
-# train_or_retry MARK CHECK_REMEDY RETRY_REMEDY SETTING...: train_model into $exp_dir; on the
-# tiny LM a run that stalled moves to ${exp_dir}_stalled (_stalled2, ...) and trains again
-# in $exp_dir with SETTING... after all others (CHECK_REMEDY says so as it is found), its
-# folder holding MARK with those settings, so that the retry resumes and decodes with them
-# however the stage is run again (an empty mark, as stage 8 wrote before, stands for
-# SETTING...); a retry that stalls too is named with RETRY_REMEDY.
+# train_or_retry REMEDY [MARK SAYS SETTINGS]...: train_model into $exp_dir; on the tiny LM a
+# run that stalled moves to ${exp_dir}_stalled (_stalled2, ...) and trains again in $exp_dir
+# with the next retry's SETTINGS (words, after all other settings; its SAYS tells so as the
+# stall is found), its folder holding its MARK with those settings, so that the retry
+# resumes and decodes with them however the stage is run again (an empty mark, as stage 8
+# wrote before, stands for its SETTINGS); a stall after the last retry is named with REMEDY.
 train_or_retry() {
-  local mark=$exp_dir/$1 check_remedy=$2 retry_remedy=$3 status=0 stalled_dir copy=1 marked=()
-  shift 3
-  if [ -e "$mark" ]; then
-    mapfile -t marked < "$mark"
-    [ "${#marked[@]}" -gt 0 ] || marked=("$@")
-    train_settings+=("${marked[@]}")
+  local remedy=$1 level=0 i status stalled_dir copy
+  local -a marks=() says=() retries=() marked=() base=("${train_settings[@]}")
+  shift
+  while [ "$#" -ge 3 ]; do marks+=("$1") says+=("$2") retries+=("$3"); shift 3; done
+  [ "$#" = 0 ] || die "train_or_retry: retries come as MARK SAYS SETTINGS, $# words left over: $*"
+  for ((i = ${#marks[@]}; i > 0; i--)); do
+    [ -e "$exp_dir/${marks[i - 1]}" ] || continue
+    level=$i
+    mapfile -t marked < "$exp_dir/${marks[i - 1]}"
+    [ "${#marked[@]}" -gt 0 ] || read -ra marked <<< "${retries[i - 1]}"
+    train_settings=("${base[@]}" "${marked[@]}")
+    break
+  done
+  while true; do
     train_model
-    warn_if_stalled "$retry_remedy"
-    return
-  fi
-  train_model
-  [ "$llm" = tiny ] || return 0
-  python -m local.training_stall "$exp_dir" --max-loss "$stall_max_loss" --stalled-status 3 --remedy "$check_remedy" || status=$?
-  [ "$status" = 0 ] || [ "$status" = 3 ] || die "local.training_stall could not read $exp_dir (exit $status)"
-  [ "$status" = 3 ] || return 0
-  stalled_dir=${exp_dir}_stalled
-  while [ -e "$stalled_dir" ]; do copy=$((copy + 1)) stalled_dir=${exp_dir}_stalled$copy; done
-  mv "$exp_dir" "$stalled_dir"
-  mkdir -p "$exp_dir" && printf '%s\n' "$@" > "$mark"
-  log "the run stalled (now in $stalled_dir); training it again with $* into $exp_dir"
-  train_settings+=("$@")
-  train_model
-  warn_if_stalled "$retry_remedy"
+    [ "$llm" = tiny ] || return 0
+    if [ "$level" -ge "${#marks[@]}" ]; then
+      warn_if_stalled "$remedy"
+      return
+    fi
+    status=0
+    python -m local.training_stall "$exp_dir" --max-loss "$stall_max_loss" --stalled-status 3 \
+      --remedy "${says[level]}" || status=$?
+    [ "$status" = 0 ] || [ "$status" = 3 ] || die "local.training_stall could not read $exp_dir (exit $status)"
+    [ "$status" = 3 ] || return 0
+    stalled_dir=${exp_dir}_stalled copy=1
+    while [ -e "$stalled_dir" ]; do copy=$((copy + 1)) stalled_dir=${exp_dir}_stalled$copy; done
+    mv "$exp_dir" "$stalled_dir"
+    read -ra marked <<< "${retries[level]}"
+    level=$((level + 1))
+    mkdir -p "$exp_dir" && printf '%s\n' "${marked[@]}" > "$exp_dir/${marks[level - 1]}"
+    log "the run stalled (now in $stalled_dir); training it again with ${marked[*]} into $exp_dir"
+    train_settings=("${base[@]}" "${marked[@]}")
+  done
 }
-# Stage 8's LLM-CTC on the tiny LM that stalled is trained again at 30x by itself
-# (model.projector_lr_scale=30: no stall in six runs; stage 10 from the stalled run of
-# 2026-12-06 made 1.32x the errors of stage 10 from its retry; RESULTS.md, "Stage 4's
-# preset trains on joins"), its folder marked retrained_at_30x.
+# Stage 8's LLM-CTC on the tiny LM that stalled is trained again by itself (stage 10 from
+# the stalled run of 2026-12-06 made 1.32x the errors of stage 10 from its retry; RESULTS.md,
+# "Stage 4's preset trains on joins"): first with the next seed at the preset's 10x, its
+# folder marked retrained_with_the_next_seed, then, stalled again, at 30x with the run's own
+# seed, marked retrained_at_30x (model.projector_lr_scale=30: no stall in six runs, but
+# stage 11's single-sentence streaming models from a 30x stage 8 made 1.84x the errors of
+# those from a 10x one: RESULTS.md, "Table 5 on the joined preset from a stage 8 at 10x").
 if run_stage 8 "train the LLM ($llm_config) on the frozen Zipformer into $exp_dir"; then
   if [ "$(basename "$llm_config")" = llm_ctc.yaml ]; then
     remedy=""
     [ "$exp_dir" != "exp/${tag}_llm_ctc" ] || remedy="Stages 10 and 11 start from it: "
     remedy+="move $exp_dir aside and train stage 8 again with another train.seed (./run.sh --stage 8"
-    remedy+=" --stop-stage 9 --train-args train.seed=$((run_seed + 1)); RESULTS.md, \"What a stalled run looks like inside\")."
-    train_or_retry retrained_at_30x "Stage 8 trains it again at 30x (model.projector_lr_scale=30)." "$remedy" \
-      model.projector_lr_scale=30
+    remedy+=" --stop-stage 9 --train-args train.seed=$((run_seed + 2)); RESULTS.md, \"What a stalled run looks like inside\")."
+    train_or_retry "$remedy" \
+      "$seed_retry_mark" "$seed_retry_says" "train.seed=$((run_seed + 1))" \
+      retrained_at_30x "It trains again at 30x (model.projector_lr_scale=30)." model.projector_lr_scale=30
   else
     train_model
   fi
@@ -380,9 +395,8 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m local.export_decoding_weights "$streaming_encoder_dir" "$streaming_encoder_weights"
   python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
-  train_or_retry "$seed_retry_mark" "$seed_retry_says" \
-    "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
-    train.seed=$((run_seed + 1))
+  train_or_retry "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
+    "$seed_retry_mark" "$seed_retry_says" "train.seed=$((run_seed + 1))"
   decode_args="$streaming_decode_args $user_decode_args"
   decode_model "${llm_test_sets[@]}"
   python -m llm_ctc.streaming.latency --config "$train_config" "${train_settings[@]}" \
@@ -437,9 +451,8 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
       data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
       data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${model_settings[@]}" \
       "${llm_step_settings[@]}" train.init_from="$offline_llm_weights"
-    train_or_retry "$seed_retry_mark" "$seed_retry_says" \
-      "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
-      train.seed=$((run_seed + 1))
+    train_or_retry "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
+      "$seed_retry_mark" "$seed_retry_says" "train.seed=$((run_seed + 1))"
     decode_model "${llm_test_sets[@]}"
   done
   table=exp/${tag}_tables_9_and_5$lookahead_suffix.md

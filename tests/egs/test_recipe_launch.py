@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -253,7 +254,8 @@ def test_mini_stage_8_checks_its_tiny_llm_ctc_run_for_a_stall(recipe_copy, tmp_p
         assert folder == ("exp/mine" if "--train-args" in options else "exp/full_llm_ctc")
         check = launches[1]
         assert check[2:7] == [folder, "--max-loss", "0.4", "--stalled-status", "3"]
-        assert check[7:] == ["--remedy", "Stage 8 trains it again at 30x (model.projector_lr_scale=30)."]
+        next_seed = 45 if "--train-args" in options else 43
+        assert check[7:] == ["--remedy", f"It trains again with the next seed (train.seed={next_seed})."]
         assert not (recipe / f"{folder}_stalled").exists()  # the stand-in reported no stall
 
 
@@ -283,47 +285,55 @@ MINI_STALLED_PYTHON = MINI_STAGE_10_PYTHON.replace(
 
 
 @pytest.mark.parametrize("options", [(), ("--train-args", "train.exp_dir=exp/mine train.seed=44")])
-def test_mini_stage_8_trains_a_stalled_run_again_at_30x_and_resumes_the_retry_at_30x(recipe_copy, tmp_path,
-                                                                                     options):
+def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_seed_then_at_30x(recipe_copy, tmp_path, options):
     """egs/mini stage 8: a stalled LLM-CTC run on the tiny LM moves to <folder>_stalled and
-    trains again at 30x in its folder, marked, then is checked once more with what is left
-    to do; run again, stage 8 resumes the marked retry at 30x without a second retry."""
+    trains again in its folder with the next seed, marked; stalled again, it moves to
+    <folder>_stalled2 and trains at 30x with the run's own seed, marked, then is checked
+    once more with what is left to do. Run again, stage 8 resumes the marked 30x retry
+    without another; a next-seed retry whose run was cut short resumes with its seed and
+    goes on to 30x. The stand-in python reports a stall for every run."""
     recipe = recipe_copy("mini")
     folder = "exp/mine" if options else "exp/full_llm_ctc"
+    run_seed = 44 if options else 42
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
                                                                f"{folder}/checkpoint-1200.pt"))
     (tmp_path / "bin" / "python").write_text(MINI_STALLED_PYTHON.format(record=record, real=sys.executable))
-    command = ["bash", str(recipe / "run.sh"), "--stage", "8", "--stop-stage", "8", *options]
-    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    launches = [shlex.split(line) for line in record.read_text().splitlines()]
-    assert [c[1] for c in launches] == ["asr.train", "local.training_stall", "asr.train", "local.training_stall"]
-    first, check, retry, warning = launches
-    assert "model.projector_lr_scale=30" not in first and "--stalled-status" in check
-    assert retry[-1] == "model.projector_lr_scale=30" and retry[:-1] == first  # the same run, at 30x
+    stage_8 = ("--stage", "8", "--stop-stage", "8", *options)
+    launches = recorded_launches(recipe, env, record, *stage_8)
+    assert [c[1] for c in launches] == ["asr.train", "local.training_stall"] * 3
+    first, check, seed_retry, seed_check, retry_30x, warning = launches
+    assert seed_retry == first + [f"train.seed={run_seed + 1}"]  # the same run, the next seed after all others
+    assert retry_30x == first + ["model.projector_lr_scale=30"]  # the same run at 30x, its own seed
+    assert check[-1] == f"It trains again with the next seed (train.seed={run_seed + 1})."
+    assert seed_check[-1] == "It trains again at 30x (model.projector_lr_scale=30)."
+    assert "--stalled-status" in check and "--stalled-status" in seed_check
     assert (recipe / f"{folder}_stalled/checkpoint-1200.pt").is_file()  # the stalled run kept
-    assert (recipe / f"{folder}/retrained_at_30x").is_file() and not (recipe / f"{folder}/checkpoint-1200.pt").exists()
-    assert "the run stalled (now in " in result.stdout + result.stderr
+    assert (recipe / f"{folder}_stalled2/retrained_with_the_next_seed").read_text() == f"train.seed={run_seed + 1}\n"
+    assert (recipe / f"{folder}/retrained_at_30x").read_text() == "model.projector_lr_scale=30\n"
     assert warning[2:5] == [folder, "--max-loss", "0.4"] and "--stalled-status" not in warning
-    assert "another train.seed" in warning[-1]
-    # The seed it names is one above the run's own, never the one that just stalled.
-    assert f"--train-args train.seed={45 if options else 43};" in warning[-1]
+    # The seed it names is neither the run's own nor the one that just stalled.
+    assert f"--train-args train.seed={run_seed + 2};" in warning[-1]
     # Only the recipe's own folder is where stages 10 and 11 start from.
     assert warning[-1].startswith("Stages 10 and 11 start from it: ") == (folder == "exp/full_llm_ctc")
-    # Run again (an interrupted retry, say): the retry resumes at 30x, no second retry.
+    # Run again (an interrupted retry, say): the 30x retry resumes, no other retry.
     record.unlink()
-    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    launches = [shlex.split(line) for line in record.read_text().splitlines()]
+    launches = recorded_launches(recipe, env, record, *stage_8)
     assert [c[1] for c in launches] == ["asr.train", "local.training_stall"]
-    assert launches[0] == retry and "--stalled-status" not in launches[1]
-    assert not (recipe / f"{folder}_stalled2").exists()
+    assert launches[0] == retry_30x and "--stalled-status" not in launches[1]
+    assert not (recipe / f"{folder}_stalled3").exists()
     # A mark from before it held its settings (empty) stands for the same retry.
     (recipe / f"{folder}/retrained_at_30x").write_text("")
     record.unlink()
-    result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert shlex.split(record.read_text().splitlines()[0]) == retry
+    assert recorded_launches(recipe, env, record, *stage_8)[0] == retry_30x
+    # A next-seed retry found in the folder resumes with its seed, then goes on to 30x.
+    shutil.rmtree(recipe / folder)
+    (recipe / folder).mkdir()
+    (recipe / f"{folder}/retrained_with_the_next_seed").write_text(f"train.seed={run_seed + 1}\n")
+    record.unlink()
+    launches = recorded_launches(recipe, env, record, *stage_8)
+    assert [c[1] for c in launches] == ["asr.train", "local.training_stall"] * 2
+    assert launches[0] == seed_retry and launches[2] == retry_30x
+    assert (recipe / f"{folder}_stalled3/retrained_with_the_next_seed").is_file()
 
 
 @pytest.mark.parametrize("stage, folder", [("10", "exp/full_llm_ctc_streaming"),
