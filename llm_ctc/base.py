@@ -152,11 +152,15 @@ class SpeechLLM(Recognizer):
         ``model.llm_full_finetune`` (decay would shrink the pretrained LLM towards 0, where
         LoRA's decays towards the LLM). The projector's parameters run at
         ``model.projector_lr_scale`` x optim.lr, a trained encoder's at
-        ``model.encoder_lr_scale`` x optim.lr: groups of another scale than 1 carry it as
+        ``model.encoder_lr_scale`` x optim.lr, the query vector q (the query readout) at
+        ``model.query_lr_scale`` x optim.lr: groups of another scale than 1 carry it as
         ``lr_scale``."""
         scale_of = {id(p): scale for module, scale in ((self.projector, self.config.projector_lr_scale),
                                                         (self.encoder, self.config.encoder_lr_scale))
                     for p in module.parameters()}
+        query = getattr(self, "query", None)
+        if query is not None:
+            scale_of[id(query)] = self.config.query_lr_scale
         pretrained = {id(p) for p in self.llm.parameters()} if self.config.llm_full_finetune else set()
         by_scale: Dict[float, Tuple[list, list]] = {1.0: ([], [])}
         for parameter in self.parameters():

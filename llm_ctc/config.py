@@ -90,6 +90,8 @@ class LLMASRConfig:
     # it (egs/mini's tiny LM: local/pretrain_tiny_lm.py --query-fraction). Unused by the
     # speech readout.
     query_init: Optional[str] = None
+    # q trains at this multiple of optim.lr (1: the paper's one learning rate).
+    query_lr_scale: float = 1.0
     blank_id: Optional[int] = None
     blank_cosine_threshold: float = 0.999
     # Run the loss's normalizer and decoding's head over the frozen head's distinct rows,
@@ -161,6 +163,8 @@ class LLMASRConfig:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(self, name)}")
         if not self.projector_lr_scale > 0:
             raise ValueError(f"model.projector_lr_scale must be > 0 (1: optim.lr), got {self.projector_lr_scale!r}")
+        if not self.query_lr_scale > 0:
+            raise ValueError(f"model.query_lr_scale must be > 0 (1: optim.lr), got {self.query_lr_scale!r}")
         if not self.encoder_lr_scale >= 0:
             raise ValueError(f"model.encoder_lr_scale must be >= 0 (0: frozen encoder), got {self.encoder_lr_scale!r}")
         if self.encoder_trained_blocks < 0:

@@ -80,6 +80,7 @@ def test_config_round_trips_through_a_dict(ctc_config):
     ("readout", "middle", "readout"), ("encoder_type", "whisper", "encoder_type"),
     ("lora_rank", -1, "lora_rank"), ("alignment_beam", 0.0, "alignment_beam"), ("llm_dtype", "int8", "llm_dtype"),
     ("projector_lr_scale", 0.0, "projector_lr_scale"), ("projector_lr_scale", float("nan"), "projector_lr_scale"),
+    ("query_lr_scale", 0.0, "query_lr_scale"), ("query_lr_scale", -1.0, "query_lr_scale"),
 ])
 def test_bad_config_values_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -137,24 +138,27 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(ctc_config, 
         torch.testing.assert_close(grads_on[name], grads_off[name], rtol=1e-4, atol=1e-6)
 
 
-def test_projector_lr_scale_moves_the_projector_that_many_times_as_far(ctc_config, qwen3_tokenizer):
-    """model.projector_lr_scale 10: the projector's groups at 10 x optim.lr, the rest at
-    optim.lr; from the same weights and batch, AdamW's first step (its size lr per weight,
-    whatever the gradient's) moves every projector weight 10 times as far as with scale 1
-    and every other trainable weight exactly as far."""
+@pytest.mark.parametrize("field, part", [("projector_lr_scale", "projector."), ("query_lr_scale", "query")])
+def test_an_lr_scale_moves_its_part_that_many_times_as_far(ctc_config, qwen3_tokenizer, field, part):
+    """model.projector_lr_scale 10 (model.query_lr_scale 10): the projector's groups (the
+    query vector q's) at 10 x optim.lr, the rest at optim.lr; from the same weights and
+    batch, AdamW's first step (its size lr per weight, whatever the gradient's) moves every
+    weight of that part 10 times as far as with scale 1 and every other trainable weight
+    exactly as far."""
     from llm_ctc.config import AdamWOptions
     from llm_ctc.family import build_optimizer
 
+    assert ctc_config.readout == "query"
     features, lengths = random_features([90, 60], seed=48)
     moved = {}
     for scale in (1.0, 10.0):
         torch.manual_seed(49)
-        model = LLMCTCModel(dataclasses.replace(ctc_config, projector_lr_scale=scale, lora_dropout=0.0),
+        model = LLMCTCModel(dataclasses.replace(ctc_config, **{field: scale}, lora_dropout=0.0),
                             tokenizer=qwen3_tokenizer).double()
         model.train()
         optimizer, scheduler = build_optimizer(model, AdamWOptions(lr=2e-3, warmup_batches=0, decay_batches=10))
-        projector_ids = {id(p) for p in model.projector.parameters()}
-        rates = {(id(p) in projector_ids, group["lr"]) for group in optimizer.param_groups for p in group["params"]}
+        part_ids = {id(p) for name, p in model.named_parameters() if name.startswith(part)}
+        rates = {(id(p) in part_ids, group["lr"]) for group in optimizer.param_groups for p in group["params"]}
         assert rates == ({(False, 2e-3), (True, 2e-3)} if scale == 1.0 else {(False, 2e-3), (True, 2e-2)})
         before = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
         loss, _ = model.loss(features.double(), lengths, model.encode_texts(["good day", "yes"]))
@@ -162,9 +166,9 @@ def test_projector_lr_scale_moves_the_projector_that_many_times_as_far(ctc_confi
         optimizer.step()
         moved[scale] = {name: p.detach() - before[name] for name, p in model.named_parameters() if p.requires_grad}
     names = set(moved[1.0])
-    assert any(n.startswith("projector.") for n in names) and any("lora_" in n for n in names)
+    assert any(n.startswith(part) for n in names) and any("lora_" in n for n in names)
     for name in names:
-        factor = 10.0 if name.startswith("projector.") else 1.0
+        factor = 10.0 if name.startswith(part) else 1.0
         assert moved[1.0][name].abs().max() > 0, name
         torch.testing.assert_close(moved[10.0][name], factor * moved[1.0][name], rtol=1e-9, atol=1e-15)
 
