@@ -285,13 +285,15 @@ MINI_STALLED_PYTHON = MINI_STAGE_10_PYTHON.replace(
 
 
 @pytest.mark.parametrize("options", [(), ("--train-args", "train.exp_dir=exp/mine train.seed=44")])
-def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_seed_then_at_30x(recipe_copy, tmp_path, options):
+def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_four_seeds_then_at_30x(recipe_copy, tmp_path,
+                                                                                       options):
     """egs/mini stage 8: a stalled LLM-CTC run on the tiny LM moves to <folder>_stalled and
     trains again in its folder with the next seed, marked; stalled again, it moves to
-    <folder>_stalled2 and trains at 30x with the run's own seed, marked, then is checked
-    once more with what is left to do. Run again, stage 8 resumes the marked 30x retry
-    without another; a next-seed retry whose run was cut short resumes with its seed and
-    goes on to 30x. The stand-in python reports a stall for every run."""
+    <folder>_stalled2 and trains with the seed after, and so on to the fourth seed after
+    the run's own (each marked), then at 30x with the run's own seed, marked, and is checked once more with
+    what is left to do. Run again, stage 8 resumes the marked 30x retry without another;
+    a next-seed retry whose run was cut short resumes with its seed and goes on down the
+    chain. The stand-in python reports a stall for every run."""
     recipe = recipe_copy("mini")
     folder = "exp/mine" if options else "exp/full_llm_ctc"
     run_seed = 44 if options else 42
@@ -300,19 +302,25 @@ def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_seed_then_at_30x(
     (tmp_path / "bin" / "python").write_text(MINI_STALLED_PYTHON.format(record=record, real=sys.executable))
     stage_8 = ("--stage", "8", "--stop-stage", "8", *options)
     launches = recorded_launches(recipe, env, record, *stage_8)
-    assert [c[1] for c in launches] == ["asr.train", "local.training_stall"] * 3
-    first, check, seed_retry, seed_check, retry_30x, warning = launches
-    assert seed_retry == first + [f"train.seed={run_seed + 1}"]  # the same run, the next seed after all others
-    assert retry_30x == first + ["model.projector_lr_scale=30"]  # the same run at 30x, its own seed
-    assert check[-1] == f"It trains again with the next seed (train.seed={run_seed + 1})."
-    assert seed_check[-1] == "It trains again at 30x (model.projector_lr_scale=30)."
-    assert "--stalled-status" in check and "--stalled-status" in seed_check
+    assert [c[1] for c in launches] == ["asr.train", "local.training_stall"] * 6
+    trains, checks = launches[::2], launches[1::2]
+    first, seed_retries, retry_30x, warning = trains[0], trains[1:5], trains[5], checks[5]
+    # The same run with each of the next four seeds after all other settings, then at 30x with its own seed.
+    assert seed_retries == [first + [f"train.seed={run_seed + n}"] for n in (1, 2, 3, 4)]
+    assert retry_30x == first + ["model.projector_lr_scale=30"]
+    assert [c[-1] for c in checks[:5]] == [f"It trains again with the next seed (train.seed={run_seed + 1})."] + [
+        f"It trains again with another seed (train.seed={run_seed + n})." for n in (2, 3, 4)] + [
+        "It trains again at 30x (model.projector_lr_scale=30)."]
+    assert all("--stalled-status" in c for c in checks[:5])
     assert (recipe / f"{folder}_stalled/checkpoint-1200.pt").is_file()  # the stalled run kept
     assert (recipe / f"{folder}_stalled2/retrained_with_the_next_seed").read_text() == f"train.seed={run_seed + 1}\n"
+    for n in (2, 3, 4):
+        assert (recipe / f"{folder}_stalled{n + 1}/retrained_with_seed_plus_{n}").read_text() == \
+            f"train.seed={run_seed + n}\n"
     assert (recipe / f"{folder}/retrained_at_30x").read_text() == "model.projector_lr_scale=30\n"
     assert warning[2:5] == [folder, "--max-loss", "0.4"] and "--stalled-status" not in warning
-    # The seed it names is neither the run's own nor the one that just stalled.
-    assert f"--train-args train.seed={run_seed + 2};" in warning[-1]
+    # The seed it names is neither the run's own nor any that stalled.
+    assert f"--train-args train.seed={run_seed + 5};" in warning[-1]
     # Only the recipe's own folder is where stages 10 and 11 start from.
     assert warning[-1].startswith("Stages 10 and 11 start from it: ") == (folder == "exp/full_llm_ctc")
     # Run again (an interrupted retry, say): the 30x retry resumes, no other retry.
@@ -320,20 +328,19 @@ def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_seed_then_at_30x(
     launches = recorded_launches(recipe, env, record, *stage_8)
     assert [c[1] for c in launches] == ["asr.train", "local.training_stall"]
     assert launches[0] == retry_30x and "--stalled-status" not in launches[1]
-    assert not (recipe / f"{folder}_stalled3").exists()
+    assert not (recipe / f"{folder}_stalled6").exists()
     # A mark from before it held its settings (empty) stands for the same retry.
     (recipe / f"{folder}/retrained_at_30x").write_text("")
     record.unlink()
     assert recorded_launches(recipe, env, record, *stage_8)[0] == retry_30x
-    # A next-seed retry found in the folder resumes with its seed, then goes on to 30x.
+    # A next-seed retry found in the folder resumes with its seed, then goes on down the chain.
     shutil.rmtree(recipe / folder)
     (recipe / folder).mkdir()
-    (recipe / f"{folder}/retrained_with_the_next_seed").write_text(f"train.seed={run_seed + 1}\n")
+    (recipe / f"{folder}/retrained_with_seed_plus_2").write_text(f"train.seed={run_seed + 2}\n")
     record.unlink()
     launches = recorded_launches(recipe, env, record, *stage_8)
-    assert [c[1] for c in launches] == ["asr.train", "local.training_stall"] * 2
-    assert launches[0] == seed_retry and launches[2] == retry_30x
-    assert (recipe / f"{folder}_stalled3/retrained_with_the_next_seed").is_file()
+    assert launches[::2] == seed_retries[1:] + [retry_30x]
+    assert (recipe / f"{folder}_stalled6/retrained_with_seed_plus_2").is_file()
 
 
 @pytest.mark.parametrize("stage, folder", [("10", "exp/full_llm_ctc_streaming"),
