@@ -130,6 +130,9 @@ class DataOptions:
     # so that not every input ends on a word (CutConcatenate puts silence only between
     # cuts); 0: none.
     trailing_silence_max: float = 0.0
+    # Training only: the same before each example (its own draw), so that not every input
+    # starts on a word, as a stream starts with silence; 0: none.
+    leading_silence_max: float = 0.0
 
     def __post_init__(self) -> None:
         positive = ("max_duration", "num_buckets", "spec_aug_features_mask_size", "spec_aug_frames_mask_size",
@@ -149,7 +152,8 @@ class DataOptions:
         if self.musan_snr_min > self.musan_snr_max:
             raise ValueError(f"data.musan_snr_min {self.musan_snr_min} exceeds data.musan_snr_max "
                              f"{self.musan_snr_max}")
-        for name in ("concatenate_seconds", "concatenate_gap", "concatenate_max_gap", "trailing_silence_max"):
+        for name in ("concatenate_seconds", "concatenate_gap", "concatenate_max_gap", "trailing_silence_max",
+                     "leading_silence_max"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"data.{name} must be >= 0 (seconds), got {getattr(self, name)!r}")
         if 0 < self.concatenate_max_gap < self.concatenate_gap:

@@ -39,7 +39,7 @@ import torch
 from lhotse import CutSet, Fbank, FbankConfig, load_manifest, load_manifest_lazy
 from lhotse.dataset import CutConcatenate, CutMix, DynamicBucketingSampler, DynamicCutSampler, SpecAugment
 from lhotse.dataset.input_strategies import OnTheFlyFeatures, PrecomputedFeatures
-from lhotse.cut import Cut
+from lhotse.cut import Cut, MixedCut, PaddingCut
 from lhotse.lazy import LazyIteratorChain
 from torch.utils.data import DataLoader
 
@@ -95,11 +95,20 @@ def _load_one_manifest(path: Path, option_name: str) -> CutSet:
     return _with_paths_found(cuts, path)
 
 
+def _cut_with_files(cut: Optional[Cut]) -> Optional[Cut]:
+    """``cut``, or for a MixedCut (what Lhotse's ``pad`` and ``append`` make) its first
+    track that reads files (not a PaddingCut): a MixedCut has no features or recording of
+    its own."""
+    if isinstance(cut, MixedCut):
+        return next((track.cut for track in cut.tracks if not isinstance(track.cut, PaddingCut)), None)
+    return cut
+
+
 def _with_paths_found(cuts: CutSet, manifest: Path) -> CutSet:
     """``cuts`` whose relative feature and audio paths (written relative to the recipe's
     folder) are found from any working directory: prefixed with the manifest's nearest
     ancestor folder under which the first cut's files exist, where they are not found as they are."""
-    first = next(iter(cuts), None)
+    first = _cut_with_files(next(iter(cuts), None))
     if first is None:
         return cuts
     features = first.features.storage_path if first.has_features else None
@@ -169,6 +178,12 @@ def followed_by_silence(cut: Cut, seconds: float) -> Cut:
                    pad_feat_value=SILENCE_FBANK)
 
 
+def preceded_by_silence(cut: Cut, seconds: float) -> Cut:
+    """``cut`` after ``seconds`` of silence (as :func:`followed_by_silence`, before it)."""
+    return cut.pad(duration=cut.duration + seconds, direction="left", preserve_id=True,
+                   pad_feat_value=SILENCE_FBANK)
+
+
 class AsrDataset(torch.utils.data.Dataset):
     """Map-style dataset indexed by the CutSet of one batch (what a Lhotse sampler yields).
 
@@ -195,6 +210,8 @@ class AsrDataset(torch.utils.data.Dataset):
         trailing_silence_max: > 0: each example (after the joins) padded at its end with
             silence drawn uniformly from [0, trailing_silence_max] s (10 ms steps, from
             the batch's seed), so that not every input ends on a word.
+        leading_silence_max: the same before each example (its own draws), so that not
+            every input starts on a word, as a stream starts with silence.
         tail_padding_seconds: > 0: every cut followed by that many seconds of silence,
             as a stream's end is fed to a streaming recognizer (``decode.tail_padding_seconds``).
     """
@@ -217,6 +234,7 @@ class AsrDataset(torch.utils.data.Dataset):
         concatenate_max_gap: float = 0.0,
         concatenate_gap_probability: float = 1.0,
         trailing_silence_max: float = 0.0,
+        leading_silence_max: float = 0.0,
         tail_padding_seconds: float = 0.0,
     ) -> None:
         super().__init__()
@@ -232,6 +250,9 @@ class AsrDataset(torch.utils.data.Dataset):
         if trailing_silence_max < 0:
             raise ValueError(f"trailing_silence_max must be >= 0 (seconds), got {trailing_silence_max!r}")
         self.trailing_silence_max = trailing_silence_max
+        if not leading_silence_max >= 0:
+            raise ValueError(f"leading_silence_max must be >= 0 (seconds), got {leading_silence_max!r}")
+        self.leading_silence_max = leading_silence_max
         if not tail_padding_seconds >= 0:
             raise ValueError(f"tail_padding_seconds must be >= 0 (seconds), got {tail_padding_seconds!r}")
         self.tail_padding_seconds = tail_padding_seconds
@@ -258,7 +279,7 @@ class AsrDataset(torch.utils.data.Dataset):
             )
         if self.concatenate is not None:
             cuts = self._join(cuts)
-        if self.trailing_silence_max > 0:
+        if self.trailing_silence_max > 0 or self.leading_silence_max > 0:
             cuts = self._pad_ends(cuts)
         if self.tail_padding_seconds > 0:
             cuts = CutSet.from_cuts(followed_by_silence(cut, self.tail_padding_seconds) for cut in cuts)
@@ -312,12 +333,20 @@ class AsrDataset(torch.utils.data.Dataset):
 
     def _pad_ends(self, cuts: CutSet) -> CutSet:
         """Each cut followed by its own draw of 0 to ``trailing_silence_max`` s of silence
-        (padding, as CutConcatenate's gaps; the same batch draws the same in every run)."""
-        draw = random.Random(self._batch_seed(cuts) ^ 0x7A7A)
+        and preceded by one of 0 to ``leading_silence_max`` s (padding, as CutConcatenate's
+        gaps; the same batch draws the same in every run, the trailing draws the same
+        whether or not leading ones are made)."""
+        seed = self._batch_seed(cuts)
+        trailing, leading = random.Random(seed ^ 0x7A7A), random.Random(seed ^ 0x1E1E)
         padded = []
         for cut in cuts:
-            seconds = round(draw.uniform(0.0, self.trailing_silence_max), 2)
-            padded.append(followed_by_silence(cut, seconds) if seconds > 0 else cut)
+            if self.trailing_silence_max > 0:
+                seconds = round(trailing.uniform(0.0, self.trailing_silence_max), 2)
+                cut = followed_by_silence(cut, seconds) if seconds > 0 else cut
+            if self.leading_silence_max > 0:
+                seconds = round(leading.uniform(0.0, self.leading_silence_max), 2)
+                cut = preceded_by_silence(cut, seconds) if seconds > 0 else cut
+            padded.append(cut)
         return CutSet.from_cuts(padded)
 
     def _batch_seed(self, cuts: CutSet) -> int:
@@ -385,6 +414,7 @@ def build_train_dataloader(
         concatenate_max_gap=options.concatenate_max_gap,
         concatenate_gap_probability=options.concatenate_gap_probability,
         trailing_silence_max=options.trailing_silence_max,
+        leading_silence_max=options.leading_silence_max,
     )
     sampler = DynamicBucketingSampler(
         cuts,

@@ -327,6 +327,40 @@ def test_trailing_silence_ends_each_example_with_its_own_draw_of_zeros(cuts) -> 
         DataOptions(trailing_silence_max=-0.1)
 
 
+def test_leading_silence_starts_each_example_with_its_own_draw_of_zeros(cuts) -> None:
+    """data.leading_silence_max: each example preceded by 0 to that many seconds of silence
+    in 10 ms steps, its chunk features those of that many zero samples followed by its own;
+    with trailing silence as well, the trailing draws are those made without leading ones."""
+    plain = AsrDataset(chunk_seconds=1)[cuts]
+    silences = []
+    for seed in range(12):
+        dataset = AsrDataset(chunk_seconds=1, leading_silence_max=0.5, seed=seed)
+        batch = dataset[cuts]
+        assert batch["texts"] == plain["texts"] and batch["cut_ids"] == plain["cut_ids"]
+        assert torch.equal(dataset[cuts]["features"], batch["features"])
+        padded_cuts = {c.id: c for c in dataset._pad_ends(cuts)}
+        for index, cut in enumerate(cuts):
+            padded = padded_cuts[cut.id]
+            seconds = padded.duration - cut.duration
+            assert -1e-9 <= seconds <= 0.5 + 1e-9 and abs(seconds * 100 - round(seconds * 100)) < 1e-6
+            silences.append(round(seconds, 2))
+            assert abs(padded.supervisions[0].start - seconds) < 1e-6  # the words move with the audio
+            samples = np.concatenate([np.zeros(round(seconds * SAMPLE_RATE), np.float32), wav_samples(cut)])
+            expected = torch.cat([lhotse_fbank(samples[start:start + SAMPLE_RATE])
+                                  for start in range(0, len(samples), SAMPLE_RATE)])
+            assert int(batch["feature_lens"][index]) == expected.shape[0]
+            torch.testing.assert_close(batch["features"][index, :expected.shape[0]], expected, atol=1e-4, rtol=0)
+        both = AsrDataset(chunk_seconds=1, leading_silence_max=0.5, trailing_silence_max=0.3, seed=seed)
+        trailing = AsrDataset(chunk_seconds=1, trailing_silence_max=0.3, seed=seed)
+        ends = {c.id: c.duration for c in trailing._pad_ends(cuts)}
+        for c in both._pad_ends(cuts):
+            lead = padded_cuts[c.id].duration - next(x for x in cuts if x.id == c.id).duration
+            assert abs(c.duration - lead - ends[c.id]) < 1e-6
+    assert len(set(silences)) > 20 and min(silences) < 0.1 and max(silences) > 0.4, silences
+    with pytest.raises(ValueError, match="data.leading_silence_max must be >= 0"):
+        DataOptions(leading_silence_max=-0.1)
+
+
 def test_tail_padding_follows_every_cut_with_the_same_zeros(cuts) -> None:
     """The decoder's tail padding (decode.tail_padding_seconds): every cut followed by
     exactly that much silence, its chunk features those of its own samples and the zero

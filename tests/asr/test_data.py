@@ -399,3 +399,39 @@ def test_relative_feature_and_audio_paths_are_found_from_another_directory(make_
         assert not Path(load_manifest(manifest)[0].features.storage_path).exists()
         np.testing.assert_array_equal(cut.load_features(), expected[cut.id][0])
         np.testing.assert_array_equal(cut.load_audio(), expected[cut.id][1])
+
+
+def test_padded_cuts_with_relative_paths_are_found_from_another_directory(make_cut_corpus, tmp_path, monkeypatch):
+    """Cuts padded with Lhotse (MixedCuts: a PaddingCut track before the cut's own) with
+    paths relative to the recipe's folder load the same features from elsewhere."""
+    import numpy as np
+    from lhotse import load_manifest
+
+    from asr.data import SILENCE_FBANK, load_cuts_lazy
+
+    recipe = tmp_path / "recipe"
+    recipe.mkdir()
+    corpus = make_cut_corpus(recipe, train={"r-1": (1.1, "HI"), "r-3": (0.9, "HA")}, valid={"r-2": (1.2, "HO")})
+
+    def padded(cut):
+        return cut.pad(duration=cut.duration + 0.5, direction="left", preserve_id=True, pad_feat_value=SILENCE_FBANK)
+
+    expected = {cut.id: padded(cut).load_features() for cut in load_manifest(corpus["train"])}
+
+    def relative(cut):
+        cut.features.storage_path = str(Path(cut.features.storage_path).relative_to(recipe))
+        for source in cut.recording.sources:
+            source.source = str(Path(source.source).relative_to(recipe))
+        return padded(cut)
+
+    manifest = recipe / "data" / "cuts_padded.jsonl.gz"
+    manifest.parent.mkdir()
+    load_manifest(corpus["train"]).map(relative).to_file(manifest)
+    monkeypatch.chdir(tmp_path)
+    loaded = list(load_cuts_lazy(manifest))
+    assert sorted(cut.id for cut in loaded) == sorted(expected)
+    for cut in loaded:
+        assert type(cut).__name__ == "MixedCut"
+        features = cut.load_features()
+        assert np.all(features[:40] == np.float32(SILENCE_FBANK))  # 0.5 s of silence first (10 ms frames)
+        np.testing.assert_array_equal(features, expected[cut.id])

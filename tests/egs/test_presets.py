@@ -41,7 +41,7 @@ ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_
 ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap": 0.1,
                          "data.concatenate_probability": 1.0, "data.concatenate_each": "batch",
                          "data.concatenate_max_gap": 0.0, "data.concatenate_gap_probability": 1.0,
-                         "data.trailing_silence_max": 0.0,
+                         "data.trailing_silence_max": 0.0, "data.leading_silence_max": 0.0,
                          "data.batch_across_ranks": False,
                          "train.init_from": "", "train.virtual_ranks": 1, "decode.blank_penalty": [0.0],
                          "decode.tail_padding_seconds": 0.0}
