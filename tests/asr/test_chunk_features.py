@@ -295,46 +295,16 @@ def test_a_gap_range_draws_each_joined_batchs_silence_between_its_bounds(cuts) -
         DataOptions(concatenate_gap=0.2, concatenate_max_gap=0.1)
 
 
-def test_trailing_silence_ends_each_example_with_its_own_draw_of_zeros(cuts) -> None:
-    """data.trailing_silence_max: each example (joined or alone) followed by 0 to that many
-    seconds of silence in 10 ms steps, drawn per example from the batch's seed: its chunk
-    features are those of its own samples followed by that many zero samples; a rerun draws
-    the same; 0 leaves the batch as it was."""
+@pytest.mark.parametrize("side", ["trailing", "leading"])
+def test_silence_pads_each_example_with_its_own_draw_of_zeros(cuts, side) -> None:
+    """data.trailing_silence_max (data.leading_silence_max): each example followed
+    (preceded) by 0 to that many seconds of silence in 10 ms steps, drawn per example from
+    the batch's seed: its chunk features are those of its own samples followed (preceded)
+    by that many zero samples, its words moved with them; a rerun draws the same."""
     plain = AsrDataset(chunk_seconds=1)[cuts]
     silences = []
     for seed in range(12):
-        dataset = AsrDataset(chunk_seconds=1, trailing_silence_max=0.5, seed=seed)
-        batch = dataset[cuts]
-        assert batch["texts"] == plain["texts"] and batch["cut_ids"] == plain["cut_ids"]
-        assert torch.equal(dataset[cuts]["features"], batch["features"])
-        for index, cut in enumerate(cuts):
-            [padded] = [c for c in dataset._pad_ends(cuts) if c.id == cut.id]
-            seconds = padded.duration - cut.duration
-            assert -1e-9 <= seconds <= 0.5 + 1e-9 and abs(seconds * 100 - round(seconds * 100)) < 1e-6
-            silences.append(round(seconds, 2))
-            samples = np.concatenate([wav_samples(cut), np.zeros(round(seconds * SAMPLE_RATE), np.float32)])
-            expected = torch.cat([lhotse_fbank(samples[start:start + SAMPLE_RATE])
-                                  for start in range(0, len(samples), SAMPLE_RATE)])
-            assert int(batch["feature_lens"][index]) == expected.shape[0]
-            torch.testing.assert_close(batch["features"][index, :expected.shape[0]], expected, atol=1e-4, rtol=0)
-    assert len(set(silences)) > 20 and min(silences) < 0.1 and max(silences) > 0.4, silences
-    # After a join: one example, its members back to back, then its own silence.
-    joined = AsrDataset(concatenate_seconds=60, concatenate_gap=0.0, trailing_silence_max=0.5, seed=1)
-    [example] = list(joined._pad_ends(joined._join(cuts)))
-    assert 0 <= example.duration - sum(cut.duration for cut in cuts) <= 0.5 + 1e-9
-    assert example.supervisions[-1].end <= sum(cut.duration for cut in cuts) + 1e-6
-    with pytest.raises(ValueError, match="data.trailing_silence_max must be >= 0"):
-        DataOptions(trailing_silence_max=-0.1)
-
-
-def test_leading_silence_starts_each_example_with_its_own_draw_of_zeros(cuts) -> None:
-    """data.leading_silence_max: each example preceded by 0 to that many seconds of silence
-    in 10 ms steps, its chunk features those of that many zero samples followed by its own;
-    with trailing silence as well, the trailing draws are those made without leading ones."""
-    plain = AsrDataset(chunk_seconds=1)[cuts]
-    silences = []
-    for seed in range(12):
-        dataset = AsrDataset(chunk_seconds=1, leading_silence_max=0.5, seed=seed)
+        dataset = AsrDataset(chunk_seconds=1, seed=seed, **{f"{side}_silence_max": 0.5})
         batch = dataset[cuts]
         assert batch["texts"] == plain["texts"] and batch["cut_ids"] == plain["cut_ids"]
         assert torch.equal(dataset[cuts]["features"], batch["features"])
@@ -344,21 +314,33 @@ def test_leading_silence_starts_each_example_with_its_own_draw_of_zeros(cuts) ->
             seconds = padded.duration - cut.duration
             assert -1e-9 <= seconds <= 0.5 + 1e-9 and abs(seconds * 100 - round(seconds * 100)) < 1e-6
             silences.append(round(seconds, 2))
-            assert abs(padded.supervisions[0].start - seconds) < 1e-6  # the words move with the audio
-            samples = np.concatenate([np.zeros(round(seconds * SAMPLE_RATE), np.float32), wav_samples(cut)])
+            zeros = np.zeros(round(seconds * SAMPLE_RATE), np.float32)
+            samples = np.concatenate([wav_samples(cut), zeros] if side == "trailing" else [zeros, wav_samples(cut)])
             expected = torch.cat([lhotse_fbank(samples[start:start + SAMPLE_RATE])
                                   for start in range(0, len(samples), SAMPLE_RATE)])
             assert int(batch["feature_lens"][index]) == expected.shape[0]
             torch.testing.assert_close(batch["features"][index, :expected.shape[0]], expected, atol=1e-4, rtol=0)
-        both = AsrDataset(chunk_seconds=1, leading_silence_max=0.5, trailing_silence_max=0.3, seed=seed)
-        trailing = AsrDataset(chunk_seconds=1, trailing_silence_max=0.3, seed=seed)
-        ends = {c.id: c.duration for c in trailing._pad_ends(cuts)}
-        for c in both._pad_ends(cuts):
-            lead = padded_cuts[c.id].duration - next(x for x in cuts if x.id == c.id).duration
-            assert abs(c.duration - lead - ends[c.id]) < 1e-6
+            start = padded.supervisions[0].start - cut.supervisions[0].start
+            assert abs(start - (0.0 if side == "trailing" else seconds)) < 1e-6
     assert len(set(silences)) > 20 and min(silences) < 0.1 and max(silences) > 0.4, silences
-    with pytest.raises(ValueError, match="data.leading_silence_max must be >= 0"):
-        DataOptions(leading_silence_max=-0.1)
+    with pytest.raises(ValueError, match=f"data.{side}_silence_max must be >= 0"):
+        DataOptions(**{f"{side}_silence_max": -0.1})
+
+
+def test_trailing_silence_follows_a_join_and_keeps_its_draws_beside_leading_silence(cuts) -> None:
+    """After a join: one example, its members back to back, then its own silence. With
+    leading silence as well, each example's trailing silence is the one drawn without it."""
+    joined = AsrDataset(concatenate_seconds=60, concatenate_gap=0.0, trailing_silence_max=0.5, seed=1)
+    [example] = list(joined._pad_ends(joined._join(cuts)))
+    assert 0 <= example.duration - sum(cut.duration for cut in cuts) <= 0.5 + 1e-9
+    assert example.supervisions[-1].end <= sum(cut.duration for cut in cuts) + 1e-6
+    for seed in range(6):
+        leading = {c.id: c.duration for c in AsrDataset(leading_silence_max=0.5, seed=seed)._pad_ends(cuts)}
+        trailing = {c.id: c.duration for c in AsrDataset(trailing_silence_max=0.3, seed=seed)._pad_ends(cuts)}
+        both = AsrDataset(leading_silence_max=0.5, trailing_silence_max=0.3, seed=seed)._pad_ends(cuts)
+        for cut, padded in zip(cuts, both):
+            assert padded.id == cut.id
+            assert abs(padded.duration - (leading[cut.id] - cut.duration) - trailing[cut.id]) < 1e-6
 
 
 def test_tail_padding_follows_every_cut_with_the_same_zeros(cuts) -> None:
