@@ -363,7 +363,10 @@ fi
 # of silence between the sentences, as a stream pauses (trained back to back only, the
 # recordings with 0.3 s pauses made 2.59x their sentences' errors over three seeds; half and
 # half 1.25x, and the sentences 65 errors against 87; RESULTS.md, "Pauses in the joins over
-# three seeds").
+# three seeds"). Each example also starts after 0-0.5 s of silence of its own, as a stream
+# starts: without it the model wrote words into 0.5 s of silence before a sentence (597
+# errors on dev-clean + test-clean over two seeds against 211 with it, the sentences 198
+# against 172; RESULTS.md, "A stream that starts with silence").
 # What stage 10's LLM step shares with stage 11's models: the updates, the rates, the
 # encoder's top stacks. The joined batches are stage 10's only: they serve the long
 # recordings (without them 30.5% there against 4.5%), cost the sentences (39 errors on
@@ -378,7 +381,8 @@ streaming_model_settings=(model.readout=query model.streaming=true model.streami
   model.streaming_max_history=8 model.streaming_position_offset_chunks=30 "${lookahead_settings[@]}")
 streaming_settings=("${streaming_model_settings[@]}"
   data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0
-  data.concatenate_max_gap=0.5 data.concatenate_gap_probability=0.5 "${llm_step_settings[@]}")
+  data.concatenate_max_gap=0.5 data.concatenate_gap_probability=0.5 data.leading_silence_max=0.5
+  "${llm_step_settings[@]}")
 streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
