@@ -268,6 +268,9 @@ class DecodeOptions:
     # ``..._tail-padding-<s>s``. Zero samples where features come from the audio (per chunk
     # or on the fly), frames of the fbank of zeros where they are read.
     tail_padding_seconds: float = 0.0
+    # The same before every test cut, as a stream starts with silence; > 0 names every
+    # setting ``..._lead-padding-<s>s`` (before any tail padding's suffix).
+    lead_padding_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         self.methods = tuple(dict.fromkeys(self.methods))
@@ -296,9 +299,9 @@ class DecodeOptions:
         self.blank_penalty = tuple(dict.fromkeys(float(value) for value in self.blank_penalty))
         if not self.blank_penalty or not all(math.isfinite(value) for value in self.blank_penalty):
             raise ValueError(f"decode.blank_penalty must be one or more finite numbers, got {list(self.blank_penalty)}")
-        if not (math.isfinite(self.tail_padding_seconds) and self.tail_padding_seconds >= 0):
-            raise ValueError(f"decode.tail_padding_seconds must be a finite number of seconds >= 0, "
-                             f"got {self.tail_padding_seconds!r}")
+        for name in ("tail_padding_seconds", "lead_padding_seconds"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"decode.{name} must be a finite number of seconds >= 0, got {getattr(self, name)!r}")
         choices = {"compute_cer": ("auto", "true", "false"), "text_normalization": ("none", "gigaspeech"),
                    "device": ("auto", "cpu", "cuda")}
         for name, valid in choices.items():

@@ -214,6 +214,8 @@ class AsrDataset(torch.utils.data.Dataset):
             every input starts on a word, as a stream starts with silence.
         tail_padding_seconds: > 0: every cut followed by that many seconds of silence,
             as a stream's end is fed to a streaming recognizer (``decode.tail_padding_seconds``).
+        lead_padding_seconds: > 0: every cut preceded by that many seconds of silence, as
+            a stream starts (``decode.lead_padding_seconds``).
     """
 
     def __init__(
@@ -236,6 +238,7 @@ class AsrDataset(torch.utils.data.Dataset):
         trailing_silence_max: float = 0.0,
         leading_silence_max: float = 0.0,
         tail_padding_seconds: float = 0.0,
+        lead_padding_seconds: float = 0.0,
     ) -> None:
         super().__init__()
         if concatenate_each not in ("batch", "cut"):
@@ -256,6 +259,9 @@ class AsrDataset(torch.utils.data.Dataset):
         if not tail_padding_seconds >= 0:
             raise ValueError(f"tail_padding_seconds must be >= 0 (seconds), got {tail_padding_seconds!r}")
         self.tail_padding_seconds = tail_padding_seconds
+        if not lead_padding_seconds >= 0:
+            raise ValueError(f"lead_padding_seconds must be >= 0 (seconds), got {lead_padding_seconds!r}")
+        self.lead_padding_seconds = lead_padding_seconds
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
@@ -283,6 +289,8 @@ class AsrDataset(torch.utils.data.Dataset):
             cuts = self._pad_ends(cuts)
         if self.tail_padding_seconds > 0:
             cuts = CutSet.from_cuts(followed_by_silence(cut, self.tail_padding_seconds) for cut in cuts)
+        if self.lead_padding_seconds > 0:
+            cuts = CutSet.from_cuts(preceded_by_silence(cut, self.lead_padding_seconds) for cut in cuts)
         cuts = cuts.sort_by_duration(ascending=False)
         batch_seed = self._batch_seed(cuts)
         if self.noise_cuts is not None:
@@ -470,9 +478,10 @@ def _check_noise_cuts(noise_cuts: CutSet, musan_path: Path, options: DataOptions
 
 
 def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: int = 0,
-                           tail_padding_seconds: float = 0.0) -> DataLoader:
+                           tail_padding_seconds: float = 0.0, lead_padding_seconds: float = 0.0) -> DataLoader:
     """Validation loader over ``options.valid_cuts``: no filter, no augmentation, no shuffling;
-    each cut followed by ``tail_padding_seconds`` of silence (the decoder's tail padding).
+    each cut followed by ``tail_padding_seconds`` of silence (the decoder's tail padding)
+    and preceded by ``lead_padding_seconds``.
 
     Validation sets are small: a plain dynamic sampler, no bucketing (which would also
     need at least ``num_buckets`` cuts).
@@ -487,7 +496,8 @@ def build_valid_dataloader(options: DataOptions, *, world_size: int = 1, rank: i
         rank=rank,
     )
     dataset = AsrDataset(on_the_fly_feats=options.on_the_fly_feats, num_mel_bins=options.on_the_fly_num_mel_bins,
-                         chunk_seconds=options.feature_chunk_seconds or 0, tail_padding_seconds=tail_padding_seconds)
+                         chunk_seconds=options.feature_chunk_seconds or 0, tail_padding_seconds=tail_padding_seconds,
+                         lead_padding_seconds=lead_padding_seconds)
     # Nothing random happens in validation batches: the seed only names the worker seeds.
     return _map_style_loader(dataset, sampler, options.num_workers, seed=0)
 

@@ -25,7 +25,9 @@ A streaming LLM-CTC model (``model.streaming``) also decodes by ``ctc-streaming-
 cache, one setting per ``decode.history_seconds`` value (``..._history-8s`` in the file
 names); the largest cache of every utterance is checked against P + 2A + J (paper App. E).
 ``decode.tail_padding_seconds`` (``--tail-padding-seconds``) follows every test cut with that
-much silence, as a stream's end is fed to a recognizer (``..._tail-padding-<s>s``).
+much silence, as a stream's end is fed to a recognizer (``..._tail-padding-<s>s``);
+``decode.lead_padding_seconds`` (``--lead-padding-seconds``) puts it before every test cut,
+as a stream starts (``..._lead-padding-<s>s``).
 
 Under torchrun (``python -m torch.distributed.run --nproc-per-node N -m asr.decode ...``;
 recipes: ``--cpu-processes N``) the N processes share each test set, batch by batch, and
@@ -66,6 +68,7 @@ FLAG_OVERRIDES = {
     "max_duration": "decode.max_duration", "compute_cer": "decode.compute_cer",
     "text_normalization": "decode.text_normalization", "device": "decode.device",
     "history_seconds": "decode.history_seconds", "tail_padding_seconds": "decode.tail_padding_seconds",
+    "lead_padding_seconds": "decode.lead_padding_seconds",
 }
 
 
@@ -126,7 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
             continue
         logging.info("test set %s: %d cuts, %.1f minutes of audio, from %s", name, num_cuts, seconds / 60, manifest)
         loader = build_valid_dataloader(dataclasses.replace(data, valid_cuts=str(manifest)),
-                                        tail_padding_seconds=options.tail_padding_seconds)
+                                        tail_padding_seconds=options.tail_padding_seconds,
+                                        lead_padding_seconds=options.lead_padding_seconds)
         results, rtfs = decode_test_set(model, loader, tokenizer, options, device, name, num_cuts, seconds, ranks)
         if not ranks.is_main:
             continue
@@ -267,6 +271,8 @@ def decoding_settings(options: DecodeOptions) -> List[Setting]:
         for history in (options.history_seconds if method.per_history else (None,)):
             for penalty in (options.blank_penalty if method.uses_blank_penalty else (0.0,)):
                 key = method.key(options.beam_size, options.token_penalty, history, penalty)
+                if options.lead_padding_seconds:
+                    key += f"_lead-padding-{options.lead_padding_seconds:g}s"
                 if options.tail_padding_seconds:
                     key += f"_tail-padding-{options.tail_padding_seconds:g}s"
                 settings.append(Setting(method, history, penalty, key))
@@ -314,6 +320,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--device", help="decode.device: auto, cpu, cuda")
     parser.add_argument("--history-seconds", nargs="+", help="decode.history_seconds (ctc-streaming-* methods)")
     parser.add_argument("--tail-padding-seconds", help="decode.tail_padding_seconds: silence after every test cut")
+    parser.add_argument("--lead-padding-seconds", help="decode.lead_padding_seconds: silence before every test cut")
     return parser.parse_args(argv)
 
 

@@ -423,6 +423,10 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   decode_args="decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.max_duration=120 $user_decode_args"
   decode_model "test-clean-long=$data_dir/test_long/cuts.jsonl.gz" \
     "test-clean-long-pauses=$data_dir/test_long_pauses/cuts.jsonl.gz"
+  # The start of a stream: the sentences after 0.5 s of silence (settings named
+  # ..._lead-padding-0.5s; RESULTS.md, "A stream that starts with silence").
+  decode_args="decode.methods=ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.lead_padding_seconds=0.5 $user_decode_args"
+  decode_model "${llm_test_sets[@]}"
 fi
 
 # The paper's Tables 9 and 5 on this corpus (Sec. 5.4, App. E): stage 10's LLM step

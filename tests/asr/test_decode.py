@@ -169,14 +169,16 @@ def test_each_blank_penalty_is_a_setting_with_the_penalized_greedy_hypotheses(ex
         assert {cut_id: pair["hyp"] for cut_id, pair in recogs.items()} == hypotheses
 
 
-def test_tail_padding_decodes_each_cut_followed_by_the_fbank_of_silence(exp_dir: Path, corpus) -> None:
-    """--tail-padding-seconds 0.4: the setting named so, its hypotheses the greedy search of
-    each cut's features followed by 40 frames of Lhotse's fbank of zero samples."""
+@pytest.mark.parametrize("side", ["tail", "lead"])
+def test_padding_decodes_each_cut_beside_the_fbank_of_silence(exp_dir: Path, corpus, side) -> None:
+    """--tail-padding-seconds 0.4 (--lead-padding-seconds 0.4): the setting named so, its
+    hypotheses the greedy search of each cut's features followed (preceded) by 40 frames
+    of Lhotse's fbank of zero samples."""
     from lhotse import Fbank, FbankConfig
 
     rates = decode(exp_dir, corpus["test"], "--epoch", "1", "--avg", "1", "--use-averaged-model", "false",
-                   "--method", "ctc-greedy-search", "--tail-padding-seconds", "0.4", "--compute-cer", "false")
-    assert set(rates["valid"]) == {"ctc-greedy-search_tail-padding-0.4s"}
+                   "--method", "ctc-greedy-search", f"--{side}-padding-seconds", "0.4", "--compute-cer", "false")
+    assert set(rates["valid"]) == {f"ctc-greedy-search_{side}-padding-0.4s"}
     checkpoint = torch.load(exp_dir / "epoch-1.pt", map_location="cpu", weights_only=False)
     model = CTCModel(get_preset("tiny", vocab_size=29))
     model.load_state_dict(checkpoint["model"])
@@ -187,14 +189,15 @@ def test_tail_padding_decodes_each_cut_followed_by_the_fbank_of_silence(exp_dir:
     with torch.no_grad():
         for cut in load_manifest(corpus["test"]):
             stored = torch.from_numpy(cut.load_features())
-            for features, into in ((torch.cat([stored, silence]), expected), (stored, plain)):
+            padded = torch.cat([stored, silence] if side == "tail" else [silence, stored])
+            for features, into in ((padded, expected), (stored, plain)):
                 log_probs, lengths = model.log_probs(features[None], torch.tensor([features.shape[0]]))
                 into[cut.id] = tokenizer.decode(ctc_greedy_search(log_probs, lengths)[0]).split()
     assert expected != plain  # the silence changes what this random model writes
-    recogs = parse_recogs(exp_dir / "recogs-valid-ctc-greedy-search_tail-padding-0.4s-epoch-1_avg-1.txt")
+    recogs = parse_recogs(exp_dir / f"recogs-valid-ctc-greedy-search_{side}-padding-0.4s-epoch-1_avg-1.txt")
     assert {cut_id: pair["hyp"] for cut_id, pair in recogs.items()} == expected
-    with pytest.raises(SystemExit, match="decode.tail_padding_seconds must be a finite number of seconds >= 0"):
-        decode(exp_dir, corpus["test"], "--tail-padding-seconds", "-1")
+    with pytest.raises(SystemExit, match=f"decode.{side}_padding_seconds must be a finite number of seconds >= 0"):
+        decode(exp_dir, corpus["test"], f"--{side}-padding-seconds", "-1")
 
 
 def test_averaged_model_and_cer_from_a_character_table(exp_dir: Path, corpus, capsys) -> None:
