@@ -135,15 +135,20 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
             assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                                    str(processes), "-m"]
             assert command[9:11] == ["train.device=cpu", "data.batch_across_ranks=true"]
-    # Its decodes (the encoder's windows, then the LLM's sentences and recordings) share the test sets.
+    # Its decodes (the encoder's windows, then the LLM's sentences, recordings, and the
+    # sentences after 0.5 s of silence) share the test sets.
     decodes = [command for command in launches if "asr.decode" in command]
-    assert len(decodes) == 3
+    assert len(decodes) == 4
     test_sets = [next(a for a in command if a.startswith("decode.test_cuts=")).split("=", 1)[1] for command in decodes]
     fbank = "data/full/fbank/librispeech_cuts_"
+    sentences = f"dev-clean={fbank}dev-clean.jsonl.gz,test-clean={fbank}test-clean.jsonl.gz"
     assert test_sets == [f"test-clean={fbank}test-clean.jsonl.gz",  # the encoder's windows
-                         f"dev-clean={fbank}dev-clean.jsonl.gz,test-clean={fbank}test-clean.jsonl.gz",  # Tables 9, 5
+                         sentences,  # Tables 9, 5
                          "test-clean-long=data/full/test_long/cuts.jsonl.gz,"  # back to back, and with pauses
-                         "test-clean-long-pauses=data/full/test_long_pauses/cuts.jsonl.gz"]
+                         "test-clean-long-pauses=data/full/test_long_pauses/cuts.jsonl.gz",
+                         sentences]  # the start of a stream
+    assert "decode.lead_padding_seconds=0.5" in decodes[3] and \
+        not any("lead_padding" in a for command in decodes[:3] for a in command)
     joins = [command for command in launches if "local.join_utterances" in command]
     assert [command[command.index("local.join_utterances") + 2:] for command in joins] == \
         [["data/full/test_long"], ["data/full/test_long_pauses", "--gap-seconds", "0.3"]]
