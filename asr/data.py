@@ -250,18 +250,12 @@ class AsrDataset(torch.utils.data.Dataset):
                           else None)
         self.gap_probability = concatenate_gap_probability
         self.concatenate_probability = concatenate_probability
-        if trailing_silence_max < 0:
-            raise ValueError(f"trailing_silence_max must be >= 0 (seconds), got {trailing_silence_max!r}")
-        self.trailing_silence_max = trailing_silence_max
-        if not leading_silence_max >= 0:
-            raise ValueError(f"leading_silence_max must be >= 0 (seconds), got {leading_silence_max!r}")
-        self.leading_silence_max = leading_silence_max
-        if not tail_padding_seconds >= 0:
-            raise ValueError(f"tail_padding_seconds must be >= 0 (seconds), got {tail_padding_seconds!r}")
-        self.tail_padding_seconds = tail_padding_seconds
-        if not lead_padding_seconds >= 0:
-            raise ValueError(f"lead_padding_seconds must be >= 0 (seconds), got {lead_padding_seconds!r}")
-        self.lead_padding_seconds = lead_padding_seconds
+        silences = {"trailing_silence_max": trailing_silence_max, "leading_silence_max": leading_silence_max,
+                    "tail_padding_seconds": tail_padding_seconds, "lead_padding_seconds": lead_padding_seconds}
+        for name, seconds in silences.items():
+            if not seconds >= 0:
+                raise ValueError(f"{name} must be >= 0 (seconds), got {seconds!r}")
+            setattr(self, name, seconds)
         self.per_chunk = PerChunkFeatures(chunk_seconds) if chunk_seconds else None
         if on_the_fly_feats:
             self.read_features = OnTheFlyFeatures(Fbank(FbankConfig(num_mel_bins=num_mel_bins)))
