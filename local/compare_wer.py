@@ -97,7 +97,7 @@ def read_joined(folder: Path) -> Dict[str, List[str]]:
             raise ValueError(f"--joined: {path} does not exist (expected local.join_utterances's folder)")
     members = {}
     for line in (folder / "members.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        long_id, _, cut_ids = line.split("\t")
+        long_id, _, cut_ids = line.split("\t")[:3]  # a fourth column: the members' starts
         members[long_id] = cut_ids.split(",")
     return {cut.id: members[cut.recording_id] for cut in load_manifest(folder / "cuts.jsonl.gz")}
 

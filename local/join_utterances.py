@@ -7,12 +7,19 @@ LLM-CTC (Sec. 4.3, App. E; egs/mini run.sh stage 10).
 Cuts are taken in manifest order and joined back to back (their own audio, no gap; with
 ``--gap-seconds G``, G seconds of silence between two sentences, zeros as the synthesized
 sentences' own silence) until the next one would pass ``--max-seconds``; a group shorter than ``--min-seconds`` is joined
-to the one before it when the two fit, else left out. Each group becomes one 16 kHz FLAC
+to the one before it when the two fit, else left out. With ``--phase-seconds P`` every
+sentence starts P seconds after a boundary of the streaming chunk grid (``--chunk-seconds``,
+2 s as stage 10 decodes): the recording opens with P seconds of silence and each join holds
+the shortest silence of at least ``--gap-seconds`` that puts the next sentence there
+(the groups made without the opening silence), so that recordings built with different P
+hold the same sentences and differ only in where they fall in their chunks (a stream's sentences start anywhere in a chunk; RESULTS.md, "Where in its
+chunk a recording's sentence starts"). Each group becomes one 16 kHz FLAC
 file, one recording, one supervision whose text is the group's texts joined by spaces (the
 reference of the long decode), and one cut; ``<out_dir>/cuts.jsonl.gz`` lists them and
-``<out_dir>/members.tsv`` names the original cuts of each, so a WER of the long decode can be
-set beside the same sentences decoded one by one. Everything is written under temporary
-names and renamed; a finished ``cuts.jsonl.gz`` is kept (the program says so).
+``<out_dir>/members.tsv`` names the original cuts of each and the second each starts at
+in the recording, so a WER of the long decode can be set beside the same sentences decoded
+one by one. Everything is written under temporary names and renamed; a finished
+``cuts.jsonl.gz`` is kept (the program says so).
 """
 
 from __future__ import annotations
@@ -28,29 +35,37 @@ from asr.atomic_io import write_text_atomically
 from asr.constants import SAMPLE_RATE
 
 
+def phase_gap(samples: int, gap: int, chunk: int) -> int:
+    """The silence (in samples, as every argument) after a sentence of ``samples``: the
+    shortest of at least ``gap`` after which the next sentence starts where this one did in
+    its ``chunk`` (sentence and silence a whole number of chunks)."""
+    return gap + (-(samples + gap)) % chunk
+
+
 def group_durations(durations: Sequence[float], min_seconds: float, max_seconds: float,
-                    gap: float = 0.0) -> List[List[int]]:
+                    gap: float = 0.0, gaps: Optional[Sequence[float]] = None) -> List[List[int]]:
     """Indices of consecutive items in groups of total duration <= ``max_seconds`` (``gap``
-    seconds between two items counted); a last group under ``min_seconds`` joins the one
-    before when they fit, else it is dropped (as is any group under ``min_seconds`` of an
-    item longer than ``max_seconds``)."""
+    seconds between two items counted, or ``gaps[i]`` after item i); a last group under ``min_seconds`` joins the one before when they
+    fit, else it is dropped (as is any group under ``min_seconds`` of an item longer than
+    ``max_seconds``)."""
+    after = [gap] * len(durations) if gaps is None else list(gaps)
     groups: List[List[int]] = []
     current: List[int] = []
     total = 0.0
     for index, duration in enumerate(durations):
-        if current and total + gap + duration > max_seconds:
+        if current and total + after[index - 1] + duration > max_seconds:
             groups.append(current)
-            current, total = [], 0.0
-        total += duration + (gap if current else 0.0)
+            current = []
+        total = (total + after[index - 1] if current else 0.0) + duration
         current.append(index)
     if current:
         groups.append(current)
 
     def length(group):
-        return sum(durations[i] for i in group) + gap * (len(group) - 1)
+        return sum(durations[i] for i in group) + sum(after[i] for i in group[:-1])
 
     if (len(groups) > 1 and length(groups[-1]) < min_seconds
-            and length(groups[-2]) + gap + length(groups[-1]) <= max_seconds):
+            and length(groups[-2] + groups[-1]) <= max_seconds):
         groups[-2] += groups.pop()
     return [g for g in groups if min_seconds <= length(g) <= max_seconds]
 
@@ -63,7 +78,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--min-seconds", type=float, default=30.0)
     parser.add_argument("--max-seconds", type=float, default=60.0)
     parser.add_argument("--gap-seconds", type=float, default=0.0,
-                        help="seconds of silence between two sentences (default 0: back to back)")
+                        help="seconds of silence between two sentences (default 0: back to back); with "
+                             "--phase-seconds the least silence between them")
+    parser.add_argument("--phase-seconds", type=float, default=None,
+                        help="every sentence starts this many seconds after a boundary of the --chunk-seconds "
+                             "grid (the recording opens with that much silence; default: no grid)")
+    parser.add_argument("--chunk-seconds", type=float, default=2.0, help="the streaming chunk of --phase-seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     if not 0 < args.min_seconds <= args.max_seconds:
@@ -71,6 +91,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                          f"{args.max_seconds}")
     if not 0 <= args.gap_seconds < args.max_seconds:
         raise SystemExit(f"ERROR: --gap-seconds must be >= 0 and below --max-seconds, got {args.gap_seconds}")
+    phase = args.phase_seconds
+    if phase is not None and not 0 <= phase < args.chunk_seconds:
+        raise SystemExit(f"ERROR: --phase-seconds must be >= 0 and below --chunk-seconds ({args.chunk_seconds}), "
+                         f"got {phase}")
     output = args.out_dir / "cuts.jsonl.gz"
     if output.is_file():
         logging.info("long test set: %s exists, skipping", output)
@@ -86,24 +110,35 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(f"ERROR: {error}") from None
     if not cuts or not all(cut.has_recording for cut in cuts):
         raise SystemExit(f"ERROR: cuts {args.cuts}: every cut needs its recording (audio) to be joined")
-    groups = group_durations([cut.duration for cut in cuts], args.min_seconds, args.max_seconds, args.gap_seconds)
+    durations = [cut.duration for cut in cuts]
+    gaps, lead = None, 0.0
+    if phase is not None:  # whole samples, so that every start lies exactly on its phase
+        gap, chunk = round(args.gap_seconds * SAMPLE_RATE), round(args.chunk_seconds * SAMPLE_RATE)
+        gaps = [phase_gap(cut.num_samples, gap, chunk) / SAMPLE_RATE for cut in cuts]
+        lead = round(phase * SAMPLE_RATE) / SAMPLE_RATE
+    # Grouped without the opening silence: the sets of every phase hold the same recordings
+    # of the same sentences (each up to --phase-seconds longer than --max-seconds).
+    groups = group_durations(durations, args.min_seconds, args.max_seconds, args.gap_seconds, gaps)
     if not groups:
         raise SystemExit(f"ERROR: cuts {args.cuts}: {sum(c.duration for c in cuts):.1f} s in all, no group of "
                          f"{args.min_seconds}-{args.max_seconds} s")
     audio_dir = args.out_dir / "audio"
     audio_dir.mkdir(parents=True, exist_ok=True)
-    recordings, supervisions, members = [], [], ["long_id\tduration\tcut_ids"]
-    silence = np.zeros(round(args.gap_seconds * SAMPLE_RATE), dtype=np.float32)
+    recordings, supervisions, members = [], [], ["long_id\tduration\tcut_ids\tstarts"]
     for number, group in enumerate(groups):
-        pieces = []
+        pieces, starts, position = [], [], 0
         for index in group:
-            if pieces and silence.size:
-                pieces.append(silence)
+            silence = lead if not pieces else args.gap_seconds if gaps is None else gaps[index - 1]
+            if silence > 0:
+                pieces.append(np.zeros(round(silence * SAMPLE_RATE), dtype=np.float32))
+                position += pieces[-1].shape[0]
+            starts.append(position / SAMPLE_RATE)
             samples = cuts[index].load_audio()
             if cuts[index].sampling_rate != SAMPLE_RATE or samples.shape[0] != 1:
                 raise SystemExit(f"ERROR: cut {cuts[index].id}: {samples.shape[0]} channel(s) at "
                                  f"{cuts[index].sampling_rate} Hz, expected one at {SAMPLE_RATE} Hz")
             pieces.append(samples[0])
+            position += samples.shape[1]
         name = f"long-{number:03d}"
         path = audio_dir / f"{name}.flac"
         partial = audio_dir / f"{name}.partial.flac"
@@ -114,7 +149,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         recordings.append(recording)
         supervisions.append(SupervisionSegment(id=name, recording_id=name, start=0.0, duration=recording.duration,
                                                channel=0, text=text, language="English"))
-        members.append(f"{name}\t{recording.duration:.2f}\t{','.join(cuts[i].id for i in group)}")
+        members.append(f"{name}\t{recording.duration:.2f}\t{','.join(cuts[i].id for i in group)}\t"
+                       f"{','.join(f'{start:.4f}' for start in starts)}")
     long_cuts = CutSet.from_manifests(recordings=RecordingSet.from_recordings(recordings),
                                       supervisions=SupervisionSet.from_segments(supervisions))
     write_text_atomically(args.out_dir / "members.tsv", "\n".join(members) + "\n")

@@ -1,7 +1,7 @@
 """Where the errors of the long-input test are (egs/mini run.sh stage 10; RESULTS.md, "Long
 inputs: the joins between sentences"): every reference word of the 30-60 s recordings
 decoded chunk by chunk, and of the same sentences decoded one by one, counted by its place
-in its sentence (first word, last word, the others), by the time its sentence starts in
+in its sentence (first word, second, last, the others), by the time its sentence starts in
 the recording (10 s bins), and, for the first word after a join, by where in its 2 s
 chunk its sentence starts (quarters of a chunk: whether a sentence start on a chunk
 boundary fares better than one inside a chunk); then each word beside the same word decoded
@@ -29,7 +29,7 @@ import kaldialign
 
 from asr.scoring import ERROR_SYMBOL, read_recogs
 
-PLACES = ("first", "last", "other")
+PLACES = ("first", "second", "last", "other")
 # The word-by-word rows: a word at a join is the first or the last word of a sentence where
 # it meets another in the recording (not the recording's own first or last word).
 BY_WORD, JOIN, INSIDE = "word by word", "at a join", "inside a sentence"
@@ -48,9 +48,11 @@ def reference_word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -
 
 
 def place_in_sentence(index: int, length: int) -> str:
-    """'first', 'last' or 'other' for word ``index`` of a sentence of ``length`` words (a
-    one-word sentence's word is its first)."""
-    return "first" if index == 0 else "last" if index == length - 1 else "other"
+    """'first', 'second', 'last' or 'other' for word ``index`` of a sentence of ``length``
+    words (a one-word sentence's word is its first, a two-word sentence's second its last).
+    The second word is where a sentence that starts late in a chunk meets the chunk
+    boundary (RESULTS.md, "Where in its chunk a recording's sentence starts")."""
+    return "first" if index == 0 else "last" if index == length - 1 else "second" if index == 1 else "other"
 
 
 def chunk_phase_key(start: float, chunk_seconds: float, bins: int = 4) -> str:
@@ -68,20 +70,21 @@ def chunk_phase_key(start: float, chunk_seconds: float, bins: int = 4) -> str:
 
 def count_errors(recordings: Sequence[Tuple[List[str], List[str], List[Tuple[str, float]]]],
                  sentences: Dict[str, Tuple[List[str], List[str]]], bin_seconds: float = 10.0,
-                 chunk_seconds: float = 2.0) -> Dict[str, Counter]:
+                 chunk_seconds: float = 2.0, leads: Optional[Sequence[float]] = None) -> Dict[str, Counter]:
     """Counters of (decode, flag) per place, per start-time bin ('0-10 s', ...) and, for the
     first words of the sentences after a join, per part of a ``chunk_seconds`` chunk their
     sentence starts in (:func:`chunk_phase_key`), the insertions, and under ``BY_WORD``
     each word's (JOIN or INSIDE, wrong in the recording, wrong one by one): ``recordings`` holds
     each long recording's (reference, hypothesis, [(sentence cut id, its duration)] in
-    order); ``sentences`` the one-by-one results by cut id."""
+    order) and ``leads`` the second each recording's first sentence starts at (0 when not
+    given); ``sentences`` the one-by-one results by cut id."""
     table: Dict[str, Counter] = {}
     insertions = Counter()
     by_word = Counter()
-    for reference, hypothesis, members in recordings:
+    for number, (reference, hypothesis, members) in enumerate(recordings):
         long_flags, inserted = reference_word_errors(reference, hypothesis)
         insertions["long"] += inserted
-        start, word = 0.0, 0
+        start, word = (0.0 if leads is None else leads[number]), 0
         for cut_id, duration in members:
             if cut_id not in sentences:
                 raise KeyError(f"sentence {cut_id} of a long recording is not in the one-by-one results")
@@ -156,6 +159,15 @@ def with_gaps(members: List[Tuple[str, float]], recording_seconds: float) -> Lis
             for index, (cut_id, duration) in enumerate(members)]
 
 
+def from_starts(cut_ids: Sequence[str], starts: Sequence[float]) -> Tuple[List[Tuple[str, float]], float]:
+    """Each sentence's (cut id, seconds from its start to the next sentence's; 0 for the
+    last) and the first one's start, from the starts ``local.join_utterances`` lists."""
+    if len(starts) != len(cut_ids) or any(b < a for a, b in zip(starts, starts[1:])):
+        raise ValueError(f"members.tsv: {len(cut_ids)} sentences need as many starts in order, got {list(starts)}")
+    return [(cut_id, (starts[k + 1] - starts[k]) if k + 1 < len(starts) else 0.0)
+            for k, cut_id in enumerate(cut_ids)], starts[0]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -178,15 +190,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     long_cuts = list(load_manifest(args.long_dir / "cuts.jsonl.gz"))
     recording_of = {cut.id: cut.recording_id for cut in long_cuts}
     long_durations = {cut.recording_id: cut.duration for cut in long_cuts}
-    members = {}
+    members, leads = {}, {}
     for line in (args.long_dir / "members.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-        long_id, _, cut_ids = line.split("\t")
-        members[long_id] = with_gaps([(cut_id, durations[cut_id]) for cut_id in cut_ids.split(",")],
-                                     long_durations[long_id])
+        long_id, _, cut_ids, *starts = line.split("\t")
+        if starts:  # local.join_utterances lists where each sentence starts since 2026-12-07
+            members[long_id], leads[long_id] = from_starts(cut_ids.split(","),
+                                                           [float(s) for s in starts[0].split(",")])
+        else:
+            members[long_id] = with_gaps([(cut_id, durations[cut_id]) for cut_id in cut_ids.split(",")],
+                                         long_durations[long_id])
+            leads[long_id] = 0.0
     long_results = read_recogs(args.long_recogs)
-    recordings = [(reference, hypothesis, members[recording_of[cut_id]])
-                  for cut_id, (reference, hypothesis) in sorted(long_results.items())]
-    table = count_errors(recordings, read_recogs(args.sentence_recogs), chunk_seconds=args.chunk_seconds)
+    order = sorted(long_results.items())
+    recordings = [(reference, hypothesis, members[recording_of[cut_id]]) for cut_id, (reference, hypothesis) in order]
+    table = count_errors(recordings, read_recogs(args.sentence_recogs), chunk_seconds=args.chunk_seconds,
+                         leads=[leads[recording_of[cut_id]] for cut_id, _ in order])
     print(format_table(table), end="")
     print()
     print(format_word_by_word(table), end="")

@@ -7,11 +7,12 @@ from collections import Counter
 import pytest
 
 from local.long_input_errors import (BY_WORD, chunk_phase_key, count_errors, format_table, format_word_by_word,
-                                     main, place_in_sentence, reference_word_errors, with_gaps)
+                                     from_starts, main, place_in_sentence, reference_word_errors, with_gaps)
 
 
 def test_places_in_a_sentence():
-    assert [place_in_sentence(j, 4) for j in range(4)] == ["first", "other", "other", "last"]
+    assert [place_in_sentence(j, 5) for j in range(5)] == ["first", "second", "other", "other", "last"]
+    assert [place_in_sentence(j, 2) for j in range(2)] == ["first", "last"]
     assert place_in_sentence(0, 1) == "first"
 
 
@@ -30,7 +31,8 @@ def test_errors_are_counted_at_each_words_place_and_its_sentences_start():
     table = count_errors([recording], sentences)
     assert table["first"] == {("long", "C"): 2, ("long", "D"): 1, ("one by one", "C"): 3}
     assert table["last"] == {("long", "S"): 1, ("long", "C"): 2, ("one by one", "C"): 2, ("one by one", "S"): 1}
-    assert table["other"] == {("long", "C"): 3, ("one by one", "C"): 3}
+    assert table["second"] == {("long", "C"): 2, ("one by one", "C"): 2}  # b and e
+    assert table["other"] == {("long", "C"): 1, ("one by one", "C"): 1}  # f
     assert table["0-10 s"] == {("long", "C"): 5, ("long", "S"): 1, ("long", "D"): 1, ("one by one", "C"): 7}
     assert table["10-20 s"] == {("long", "C"): 2, ("one by one", "C"): 1, ("one by one", "S"): 1}
     assert table["insertions"] == Counter({"long": 0, "one by one": 1})
@@ -84,3 +86,22 @@ def test_the_silence_between_sentences_moves_the_next_starts():
     assert with_gaps([("s1", 4.0)], 4.0) == [("s1", 4.0)]
     with pytest.raises(ValueError, match="shorter than its sentences"):
         with_gaps([("s1", 4.0), ("s2", 7.0)], 10.0)
+
+
+def test_the_starts_join_utterances_lists_place_each_sentence():
+    """Sentences listed as starting at 1.5, 4.5 and 8.5 s (join_utterances --phase-seconds
+    1.5 --chunk-seconds 2 over 2.6 s and 3.1 s sentences with 0.3 s or more between them):
+    3 s and 4 s from each start to the next, the first at 1.5 s; their first words after a
+    join fall 0.5 s into a chunk, and without the lead they would fall 1 s into one."""
+    members, lead = from_starts(["s1", "s2", "s3"], [1.5, 4.5, 8.5])
+    assert members == [("s1", 3.0), ("s2", 4.0), ("s3", 0.0)] and lead == 1.5
+    sentences = {"s1": (["a"], ["a"]), "s2": (["b"], ["b"]), "s3": (["c"], ["c"])}
+    recording = (["a", "b", "c"], ["a", "x", "c"], members)
+    table = count_errors([recording], sentences, leads=[lead])
+    assert table["after a join, 0.5-1.0 s into a chunk"] == {("long", "S"): 1, ("long", "C"): 1,
+                                                             ("one by one", "C"): 2}
+    unshifted = count_errors([recording], sentences)
+    assert "after a join, 0.5-1.0 s into a chunk" not in unshifted
+    assert unshifted["after a join, 1.0-1.5 s into a chunk"] == table["after a join, 0.5-1.0 s into a chunk"]
+    with pytest.raises(ValueError, match="3 sentences need as many starts in order"):
+        from_starts(["s1", "s2", "s3"], [0.0, 2.0])
