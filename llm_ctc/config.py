@@ -137,6 +137,13 @@ class LLMASRConfig:
     # much of the next chunk after the chunk, right context for the chunk's last frames
     # (the Zipformer encoder only); each chunk's output then waits that much longer.
     streaming_lookahead_seconds: float = 0.0
+    # Not in the paper (False: a transcript is tokenized as it is written): each transcript
+    # tokenized after a space, so that every word takes the token it has after another word.
+    # Byte-level BPE writes a text's first word as another token ("why", not " why"); a
+    # stream's sentences follow one another, and a model that learned the first form after
+    # silence writes two words as one after a pause ("featherwhy"; egs/mini RESULTS.md,
+    # "Where in its chunk a recording's sentence starts").
+    transcript_leading_space: bool = False
     # Training only: shift each utterance's non-prompt rotary positions by k full chunks
     # (k uniform in 0..this, drawn like h), the positions its chunks get deep in a long
     # stream; 0 (App. E as written) trains only the positions of one utterance. An LLM

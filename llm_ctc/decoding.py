@@ -33,7 +33,7 @@ def recognize(model, features: Tensor, feature_lens: Tensor, method: str = "ctc-
               beam: int = 4, token_penalty: float = 0.0,
               blank_penalty: float = 0.0) -> Tuple[List[List[int]], List[str]]:
     """One LLM forward pass for the batch, then search and detokenization."""
-    tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
+    tokenizer = LLMTokenizer.of_model(model)
     with torch.inference_mode():
         if method == GREEDY and not blank_penalty:
             scores, lengths = model.best_frame_ids(features, feature_lens)

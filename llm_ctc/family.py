@@ -52,7 +52,7 @@ def build_tokenizer(config: LLMASRConfig) -> LLMTokenizer:
     tokenizer = _tokenizer_of(config)
     rows = head_rows(config)
     blank, append = choose_blank_row(rows, len(tokenizer), config.blank_id)
-    return LLMTokenizer(tokenizer, rows + int(append), blank)
+    return LLMTokenizer(tokenizer, rows + int(append), blank, config.transcript_leading_space)
 
 
 def build_model(config: LLMASRConfig, vocab_size: int, blank_id: int) -> SpeechLLM:

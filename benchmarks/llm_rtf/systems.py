@@ -134,7 +134,7 @@ def recognize_ctc_by_log_softmax(model, utterance, device: str) -> tuple[str, in
     with torch.inference_mode():
         log_probs, frames = model.log_probs(features.to(device), lengths.to(device))
     ids = ctc_search("ctc-greedy-search", log_probs, frames, model.blank_id)
-    tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
+    tokenizer = LLMTokenizer.of_model(model)
     return tokenizer.decode_batch(ids)[0], 0
 
 

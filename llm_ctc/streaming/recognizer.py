@@ -61,7 +61,7 @@ class StreamingRecognizer:
                                              "model.streaming_lookahead_seconds")
         self.method, self.beam, self.token_penalty = method, beam, token_penalty
         self.blank_penalty = blank_penalty
-        self.tokenizer = LLMTokenizer(model.tokenizer, model.head_weight.shape[0], model.blank_id)
+        self.tokenizer = LLMTokenizer.of_model(model)
         self.llm = CachedStreamingLLM(model, history_seconds, streaming_grid(model.config), chunk_seconds)
         self.frontend = None  # built on the first audio: features-only use needs no lhotse
         self.reset()

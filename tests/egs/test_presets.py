@@ -34,7 +34,7 @@ ADDED = {"llm_ctc": {"model.query_init": None, "model.streaming_position_offset_
                      "model.encoder_lr_scale": 0.0, "model.encoder_trained_blocks": 0,
                      "model.projector_lr_scale": 1.0, "model.distinct_head_rows": True,
                      "model.streaming_lookahead_seconds": 0.0, "model.llm_full_finetune": False,
-                     "model.query_lr_scale": 1.0},
+                     "model.query_lr_scale": 1.0, "model.transcript_leading_space": False},
          "zipformer": {"model.streaming": False, "model.streaming_chunk_seconds": 2,
                        "model.streaming_max_history": 8, "model.streaming_seed": 0,
                        "model.trained_stacks": 0, "model.streaming_lookahead_seconds": 0.0}}

@@ -58,6 +58,34 @@ def test_lexicon_is_the_llm_tokenizer_with_the_first_unused_head_row_as_blank(ct
     assert tokenizer.normalize_reference("HELLO World") == "hello world"
 
 
+def test_transcripts_after_a_space_give_every_word_its_form_after_another_word(ctc_config, ctc_model,
+                                                                              qwen3_tokenizer) -> None:
+    """model.transcript_leading_space: a text's first word takes the token it has after
+    another word (Qwen3's BPE has "why" and " why"), so a sentence's ids are its ids inside
+    a longer text; decoding gives the text back without the space."""
+    import dataclasses
+
+    from llm_ctc.family import build_tokenizer
+    from llm_ctc.tokenizer import LLMTokenizer
+
+    plain, spaced = build_tokenizer(ctc_config), build_tokenizer(
+        dataclasses.replace(ctc_config, transcript_leading_space=True))
+    sentence = "Why did Ursula keep it"
+    inside = qwen3_tokenizer.encode("so " + sentence.lower(), add_special_tokens=False)
+    [ids] = spaced.encode([sentence])
+    assert ids == inside[len(inside) - len(ids):] and inside[:len(inside) - len(ids)] == \
+        qwen3_tokenizer.encode("so", add_special_tokens=False)
+    [plain_ids] = plain.encode([sentence])
+    assert plain_ids[0] != ids[0] and qwen3_tokenizer.decode(plain_ids[:1]) == "why"
+    assert spaced.decode(ids + [spaced.blank_id]) == plain.decode(plain_ids) == sentence.lower()
+    assert not LLMTokenizer.of_model(ctc_model).leading_space  # the model's own config decides
+    ctc_model.config.transcript_leading_space = True
+    try:
+        assert LLMTokenizer.of_model(ctc_model).encode([sentence]) == [ids]
+    finally:
+        ctc_model.config.transcript_leading_space = False
+
+
 def test_output_lengths_are_the_readout_lengths(ctc_model) -> None:
     adapter = ctc_model
     lengths = [9, 30, 61, 100, 131]
