@@ -367,7 +367,12 @@ fi
 # starts: without it the model wrote words into 0.5 s of silence before a sentence (873
 # errors on dev-clean + test-clean over three seeds against 296 with it, the sentences 319
 # against 230; RESULTS.md, "A stream that starts with silence" and "Silence before the
-# sentences"). Stage 11's models keep 0 (no gain there; the same sections).
+# sentences"). Stage 11's models keep 0 (no gain there; the same sections). Its transcripts
+# are tokenized after a space (model.transcript_leading_space, not in the paper), so that a
+# sentence's first word takes the token it has after another word, as in a stream: trained
+# on a text's first form after the silence that opens each example, models wrote two words
+# as one after a pause of over half a second (RESULTS.md, "Where in its chunk a recording's
+# sentence starts").
 # What stage 10's LLM step shares with stage 11's models: the updates, the rates, the
 # encoder's top stacks. The joined batches are stage 10's only: they serve the long
 # recordings (without them 30.5% there against 4.5%), cost the sentences (39 errors on
@@ -383,7 +388,7 @@ streaming_model_settings=(model.readout=query model.streaming=true model.streami
 streaming_settings=("${streaming_model_settings[@]}"
   data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0
   data.concatenate_max_gap=0.5 data.concatenate_gap_probability=0.5 data.leading_silence_max=0.5
-  "${llm_step_settings[@]}")
+  model.transcript_leading_space=true "${llm_step_settings[@]}")
 streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
