@@ -12,8 +12,9 @@ sentence starts P seconds after a boundary of the streaming chunk grid (``--chun
 2 s as stage 10 decodes): the recording opens with P seconds of silence and each join holds
 the shortest silence of at least ``--gap-seconds`` that puts the next sentence there
 (the groups made without the opening silence), so that recordings built with different P
-hold the same sentences and differ only in where they fall in their chunks (a stream's sentences start anywhere in a chunk; RESULTS.md, "Where in its
-chunk a recording's sentence starts"). Each group becomes one 16 kHz FLAC
+hold the same sentences and differ only in where they fall in their chunks (a stream's
+sentences start anywhere in a chunk; RESULTS.md, "Where in its chunk a recording's
+sentence starts"). Each group becomes one 16 kHz FLAC
 file, one recording, one supervision whose text is the group's texts joined by spaces (the
 reference of the long decode), and one cut; ``<out_dir>/cuts.jsonl.gz`` lists them and
 ``<out_dir>/members.tsv`` names the original cuts of each and the second each starts at
@@ -45,9 +46,9 @@ def phase_gap(samples: int, gap: int, chunk: int) -> int:
 def group_durations(durations: Sequence[float], min_seconds: float, max_seconds: float,
                     gap: float = 0.0, gaps: Optional[Sequence[float]] = None) -> List[List[int]]:
     """Indices of consecutive items in groups of total duration <= ``max_seconds`` (``gap``
-    seconds between two items counted, or ``gaps[i]`` after item i); a last group under ``min_seconds`` joins the one before when they
-    fit, else it is dropped (as is any group under ``min_seconds`` of an item longer than
-    ``max_seconds``)."""
+    seconds between two items counted, or ``gaps[i]`` after item i); a last group under
+    ``min_seconds`` joins the one before when they fit, else it is dropped (as is any group
+    under ``min_seconds`` of an item longer than ``max_seconds``)."""
     after = [gap] * len(durations) if gaps is None else list(gaps)
     groups: List[List[int]] = []
     current: List[int] = []
