@@ -9,8 +9,8 @@ end). egs/mini's stage 11 runs it on its three models::
         --cuts data/full/fbank/librispeech_cuts_dev-clean.jsonl.gz \
                data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \
         --lang-dir data/full/lang_bpe_500 --sets dev-clean test-clean \
-        --decode "streaming, h = 2 s=exp/full_llm_ctc_streaming_sentences:2" \
-        --decode "offline query readout=exp/full_llm_ctc_query_offline"
+        --decode "streaming, h = 2 s=exp/full_llm_ctc_streaming_lookahead0.32_sentences:2" \
+        --decode "offline query readout=exp/full_llm_ctc_query_offline_lookahead0.32"
 
 ``--decode NAME=FOLDER`` reads the recogs files of ``asr.decode``'s best offline setting
 of ``--search`` (prefix beam by default) in the newest results of each of ``--sets``, as

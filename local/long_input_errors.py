@@ -10,8 +10,8 @@ sentences meet and the others::
 
     python -m local.long_input_errors data/full/test_long \\
         data/full/fbank/librispeech_cuts_test-clean.jsonl.gz \\
-        exp/full_llm_ctc_streaming/recogs-test-clean-long-<setting>.txt \\
-        exp/full_llm_ctc_streaming/recogs-test-clean-<setting>.txt
+        exp/full_llm_ctc_streaming_lookahead0.32/recogs-test-clean-long-<setting>.txt \\
+        exp/full_llm_ctc_streaming_lookahead0.32/recogs-test-clean-<setting>.txt
 
 The first folder is ``local.join_utterances``'s (``cuts.jsonl.gz``, ``members.tsv``); the
 recogs files are ``asr.decode``'s. Substitutions and deletions belong to reference words

@@ -10,7 +10,7 @@
 #   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
 #   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 8
 #   ./run.sh --stage 11 --stop-stage 11                         # Tables 9 and 5 after 10
-#   ./run.sh --stage 10 --stop-stage 11 --streaming-lookahead 0.32  # the same, each window 0.32 s into the next chunk
+#   ./run.sh --stage 10 --stop-stage 11 --streaming-lookahead 0  # the same on the paper's windows (no lookahead)
 #   ./run.sh --stage 7 --stop-stage 9 --llm smollm2             # a real pretrained LLM (SmolLM2-135M)
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
 # the exact average of the weights over the last 150 batches: conf/train.yaml's decode
@@ -62,12 +62,17 @@ tiny_lm_join_fraction=0.25
 # (train.virtual_ranks=2): the updates of two processes, which the recordings favour
 # (RESULTS.md, "The window step in one process or two").
 cpu_processes=default
-# Stages 10-11: each chunk's encoder window also reads this many seconds of the next chunk
-# (model.streaming_lookahead_seconds, not in the paper: 0 keeps its windows), so each
-# chunk's output waits that much longer. 0.32 gave the window encoder its whole-sentence
-# errors (RESULTS.md, "A lookahead into the next chunk"). Its models go to folders named
-# with _lookahead<seconds>.
-streaming_lookahead=0
+# Stages 7, 10 and 11: each chunk's encoder window also reads this many seconds of the next
+# chunk (model.streaming_lookahead_seconds; not in the paper, whose windows end with their
+# chunk: --streaming-lookahead 0 keeps them), so each chunk's hypothesis comes that much
+# later. The mini Zipformer reads the last words of a window that ends with its chunk
+# poorly: 0.32 s gave the window encoder its whole-sentence errors, streaming its offline
+# twin's (Table 5: 0.89x over four seeds), halved stage 10's errors on sentences and
+# recordings alike, and lets the recordings' sentences start anywhere in a chunk
+# (RESULTS.md, "A lookahead into the next chunk", "Where in its chunk a recording's
+# sentence starts" and "The lookahead as stages 10 and 11's default"). The models of a
+# lookahead go to folders named with _lookahead<seconds>, the paper's windows to folders without.
+streaming_lookahead=0.32
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
   train_config train_args decode_args cpu_processes llm llm_config tiny_lm_copy_fraction tiny_lm_query_fraction
   tiny_lm_epochs tiny_lm_join_fraction streaming_lookahead)
@@ -179,15 +184,20 @@ fi
 [ "$stage" -gt 6 ] || zipformer_exp_dir=$exp_dir
 encoder_weights=$zipformer_exp_dir/decoding.pt
 # Stage 10's encoder: stage 4's Zipformer fine-tuned on 2 s chunk windows (conf/train_streaming.yaml:
-# each chunk's window of h s history and the chunk, as streaming reads it; RESULTS.md, "A
+# each chunk's window of h s history, the chunk and the lookahead below, as streaming reads it; RESULTS.md, "A
 # Zipformer trained on chunk windows"). Stage 7 trains it beside the tiny LM, whose one thread
 # leaves a core idle for 20 minutes and more (RESULTS.md, "Faster Swoosh activations, and stage
 # 10's encoder trained in stage 7"); stage 10 trains it where stage 7 did not (one core, --llm smollm2, another
 # --streaming-lookahead).
 lookahead_settings=() lookahead_suffix=""
 if awk -v s="$streaming_lookahead" 'BEGIN { exit !(s > 0) }'; then
+  streaming_lookahead=$(awk -v s="$streaming_lookahead" 'BEGIN { printf "%g", s }')  # .50 is 0.5
   lookahead_settings=(model.streaming_lookahead_seconds="$streaming_lookahead")
   lookahead_suffix=_lookahead$streaming_lookahead
+  if [ "$stage" -le 11 ] && [ "$stop_stage" -ge 7 ]; then
+    log "each chunk's encoder window reads $streaming_lookahead s of the next chunk (--streaming-lookahead;" \
+      "not in the paper: --streaming-lookahead 0 for its windows)"
+  fi
 fi
 streaming_encoder_dir=exp/${tag}_pruned_ctc_streaming$lookahead_suffix
 streaming_encoder_weights=$streaming_encoder_dir/decoding.pt

@@ -2,9 +2,10 @@
 Sec. 4.3, App. E: the cache never holds more than P + 2A + J positions, so the work per
 chunk stops growing once the history is full)::
 
-    python -m llm_ctc.streaming.latency --config conf/llm_ctc.yaml train.exp_dir=exp/full_llm_ctc_streaming \\
+    python -m llm_ctc.streaming.latency --config conf/llm_ctc.yaml \\
+        train.exp_dir=exp/full_llm_ctc_streaming_lookahead0.32 model.streaming_lookahead_seconds=0.32 \\
         --cuts data/full/fbank/librispeech_cuts_test-clean.jsonl.gz --seconds 60 --history 8 \\
-        --output-dir exp/full_llm_ctc_streaming/latency
+        --output-dir exp/full_llm_ctc_streaming_lookahead0.32/latency
 
 The weights are those the configuration's decode section chooses (as ``asr.decode``).
 Test utterances' audio is concatenated in manifest order up to ``--seconds`` and fed one

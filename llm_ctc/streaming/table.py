@@ -6,11 +6,12 @@ offline, the query readout's relative change against the speech readout)::
 
     python -m llm_ctc.streaming.table --offline exp/table5_offline_qwen3-asr-0.6b \\
         --streaming exp/table5_streaming_qwen3-asr-0.6b --sets dev test
-    python -m llm_ctc.streaming.table --speech exp/full_llm_ctc_speech_offline \\
-        --offline exp/full_llm_ctc_query_offline --streaming exp/full_llm_ctc_streaming \\
+    python -m llm_ctc.streaming.table --speech exp/full_llm_ctc_speech_offline_lookahead0.32 \\
+        --offline exp/full_llm_ctc_query_offline_lookahead0.32 --streaming exp/full_llm_ctc_streaming_lookahead0.32 \\
         --sets dev-clean test-clean --search beam
-    python -m llm_ctc.streaming.table --offline exp/full_llm_ctc_query_offline \\
-        --streaming exp/full_llm_ctc_streaming_sentences --streaming exp/full_llm_ctc_streaming \\
+    python -m llm_ctc.streaming.table --offline exp/full_llm_ctc_query_offline_lookahead0.32 \\
+        --streaming exp/full_llm_ctc_streaming_lookahead0.32_sentences \\
+        --streaming exp/full_llm_ctc_streaming_lookahead0.32 \\
         --sets dev-clean test-clean
 
 Reads the ``wer-summary-<set>-<suffix>.txt`` files of ``asr.decode`` (the newest one per

@@ -200,8 +200,8 @@ def test_stage_10_names_its_two_folders_and_needs_stages_7_and_8(recipe_copy, ru
     result = run_recipe(recipe, "--stage", "10", "--stop-stage", "10", check=False)
     message = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "into exp/full_llm_ctc_streaming on exp/full_pruned_ctc fine-tuned on chunk windows " \
-           "(exp/full_pruned_ctc_streaming)" in message
+    assert "into exp/full_llm_ctc_streaming_lookahead0.32 on exp/full_pruned_ctc fine-tuned on chunk windows " \
+           "(exp/full_pruned_ctc_streaming_lookahead0.32)" in message
     assert "stage 10 needs stage 7's exp/full_pruned_ctc/decoding.pt (run --stage 7 first)" in message
     # With stage 7's encoder weights but no stage-8 LLM to start from.
     (recipe / "exp" / "full_pruned_ctc").mkdir(parents=True)

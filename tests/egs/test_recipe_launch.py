@@ -19,6 +19,10 @@ import pytest
 
 from references.recipe_training import EXP
 
+# egs/mini's default --streaming-lookahead (0.32 s) names the folders of its streaming
+# models and of every model on its window encoder; --streaming-lookahead 0 leaves them plain.
+LA = "_lookahead0.32"
+
 CORPORA = ("librispeech", "gigaspeech", "aishell")
 
 
@@ -166,9 +170,9 @@ def test_mini_stage_10_trains_in_two_cpu_processes_sharing_each_batch(recipe_cop
     [stall] = [command for command in launches if "local.training_stall" in command]
     assert launches.index(stall) == launches.index(trainings[1]) + 1
     # A stall there trains it again with the seed above the run's own (the stand-in reported none).
-    assert stall[2:] == ["exp/full_llm_ctc_streaming", "--max-loss", "0.08", "--stalled-status", "3",
+    assert stall[2:] == [f"exp/full_llm_ctc_streaming{LA}", "--max-loss", "0.08", "--stalled-status", "3",
                          "--remedy", "It trains again with the next seed (train.seed=43)."]
-    assert not (recipe / "exp/full_llm_ctc_streaming_stalled").exists()
+    assert not (recipe / f"exp/full_llm_ctc_streaming{LA}_stalled").exists()
     # Stage 4 keeps one process by default.
     record.unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--stop-stage", "4", *options],
@@ -197,7 +201,7 @@ def launched_program(command: list) -> str:
 
 
 @pytest.mark.parametrize("cores, options, processes", [
-    (2, (), 2), (1, (), 0), (2, ("--streaming-lookahead", "0.32"), 2), (2, ("--cpu-processes", "1"), 1),
+    (2, (), 2), (1, (), 0), (2, ("--streaming-lookahead", "0"), 2), (2, ("--cpu-processes", "1"), 1),
 ])
 def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, tmp_path, cores, options, processes):
     """egs/mini stage 7 on two cores or more: stage 10's chunk-window encoder beside the
@@ -225,7 +229,7 @@ def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, t
     torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
     assert window_step[1:window_step.index("asr.train") - 1] == (torchrun if processes > 1 else [])
     assert ("train.virtual_ranks=2" in window_step) == (processes == 1)  # two ranks in one process
-    folder = "exp/full_pruned_ctc_streaming" + ("_lookahead0.32" if "--streaming-lookahead" in options else "")
+    folder = "exp/full_pruned_ctc_streaming" + ("" if "--streaming-lookahead" in options else LA)
     assert "beside the tiny LM" in result.stdout and f"{folder}/log/" in result.stdout
     assert f"in {processes} process(es) of one thread" in result.stdout
     # Stage 10 with the same options launches the same training.
@@ -238,7 +242,9 @@ def test_mini_stage_7_trains_stage_10s_encoder_beside_the_tiny_lm(recipe_copy, t
                                 if "conf/train_streaming.yaml" in line)
     assert window_step[1:] == stage_10_window_step
     assert f"train.exp_dir={folder}" in window_step and "train.init_from=exp/full_pruned_ctc/decoding.pt" in window_step
-    assert ("model.streaming_lookahead_seconds=0.32" in window_step) == ("--streaming-lookahead" in options)
+    assert ("model.streaming_lookahead_seconds=0.32" in window_step) == ("--streaming-lookahead" not in options)
+    assert any(a.startswith("model.streaming_lookahead_seconds=") for a in window_step) == \
+        ("--streaming-lookahead" not in options)
 
 
 @pytest.mark.parametrize("options, checked", [((), True), (("--llm-config", "conf/llm_ce.yaml"), False),
@@ -272,12 +278,12 @@ def test_mini_stall_thresholds_stage_8_and_the_llm_steps_of_stages_10_and_11(rec
     recipe = recipe_copy("mini")
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
-                                                               "exp/full_pruned_ctc_streaming/decoding.pt"))
+                                                               f"exp/full_pruned_ctc_streaming{LA}/decoding.pt"))
     launches = recorded_launches(recipe, env, record, "--stage", "8", "--stop-stage", "11")
     checks = [(launches[i - 1], c) for i, c in enumerate(launches) if "local.training_stall" in c]
     trained = [[a.split("=", 1)[1] for a in t if a.startswith("train.exp_dir=")][-1] for t, _ in checks]
-    assert trained == ["exp/full_llm_ctc", "exp/full_llm_ctc_streaming", "exp/full_llm_ctc_speech_offline",
-                       "exp/full_llm_ctc_query_offline", "exp/full_llm_ctc_streaming_sentences"]
+    assert trained == ["exp/full_llm_ctc", f"exp/full_llm_ctc_streaming{LA}", f"exp/full_llm_ctc_speech_offline{LA}",
+                       f"exp/full_llm_ctc_query_offline{LA}", f"exp/full_llm_ctc_streaming{LA}_sentences"]
     assert [c[2:5] for _, c in checks] == [[folder, "--max-loss", "0.4" if i == 0 else "0.08"]
                                            for i, folder in enumerate(trained)]
 
@@ -348,8 +354,8 @@ def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_four_seeds_then_a
     assert (recipe / f"{folder}_stalled6/retrained_with_seed_plus_2").is_file()
 
 
-@pytest.mark.parametrize("stage, folder", [("10", "exp/full_llm_ctc_streaming"),
-                                           ("11", "exp/full_llm_ctc_streaming_sentences")])
+@pytest.mark.parametrize("stage, folder", [("10", f"exp/full_llm_ctc_streaming{LA}"),
+                                           ("11", f"exp/full_llm_ctc_streaming{LA}_sentences")])
 @pytest.mark.parametrize("seed", [None, 44])
 def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed(recipe_copy, tmp_path, stage,
                                                                                  folder, seed):
@@ -360,12 +366,13 @@ def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed
     its seed and is not retried. The stand-in python reports a stall for every model."""
     recipe = recipe_copy("mini")
     options = ("--train-args", f"train.seed={seed}") if seed else ()
-    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, (f"exp/full_pruned_ctc_streaming{LA}/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
                                                                "exp/full_pruned_ctc/decoding.pt",
                                                                *(f"exp/full_llm_ctc_{name}/checkpoint-2300.pt"
-                                                                 for name in ("streaming", "speech_offline",
-                                                                              "query_offline", "streaming_sentences"))))
+                                                                 for name in (f"streaming{LA}", f"speech_offline{LA}",
+                                                                              f"query_offline{LA}",
+                                                                              f"streaming{LA}_sentences"))))
     (tmp_path / "bin" / "python").write_text(MINI_STALLED_PYTHON.format(record=record, real=sys.executable))
     command = ["bash", str(recipe / "run.sh"), "--stage", stage, "--stop-stage", stage, *options]
     result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
@@ -431,7 +438,7 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     readout), on stage 10's encoder from stage 8's weights, each decoded on dev-clean and
     test-clean (the streaming one chunk by chunk), then the tables of these and stage 10's."""
     recipe = recipe_copy("mini")
-    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc_streaming/decoding.pt",
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, (f"exp/full_pruned_ctc_streaming{LA}/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
                                                                "exp/full_pruned_ctc/decoding.pt"))
     launches = recorded_launches(recipe, env, record, "--stage", "11", "--stop-stage", "11")
@@ -442,12 +449,12 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
                                                                                "local.chunk_boundary_errors"]
     trainings = [command for command in launches if "asr.train" in command]
     streaming = ("model.streaming=true", "model.streaming_chunk_seconds=2", "model.streaming_max_history=8",
-                 "model.streaming_position_offset_chunks=30")
-    shared = {"model.encoder_path=exp/full_pruned_ctc_streaming/decoding.pt",
+                 "model.streaming_position_offset_chunks=30", "model.streaming_lookahead_seconds=0.32")
+    shared = {f"model.encoder_path=exp/full_pruned_ctc_streaming{LA}/decoding.pt",
               "train.init_from=exp/full_llm_ctc/decoding.pt", "train.max_batches=2300",
               "model.encoder_trained_blocks=3", "model.encoder_lr_scale=0.1", "model.projector_lr_scale=1"}
-    folders = ("exp/full_llm_ctc_speech_offline", "exp/full_llm_ctc_query_offline",
-               "exp/full_llm_ctc_streaming_sentences")
+    folders = (f"exp/full_llm_ctc_speech_offline{LA}", f"exp/full_llm_ctc_query_offline{LA}",
+               f"exp/full_llm_ctc_streaming{LA}_sentences")
     for command, readout, folder in zip(trainings, ("speech", "query", "query"), folders):
         assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
         assert f"train.exp_dir={folder}" in command
@@ -468,11 +475,12 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
             assert "decode.methods=ctc-greedy-search,ctc-prefix-beam-search" in command
             assert not any(a.startswith("decode.history_seconds") for a in command)
     [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
-    assert table[2:] == ["--speech", "exp/full_llm_ctc_speech_offline", "--offline", "exp/full_llm_ctc_query_offline",
-                         "--streaming", "exp/full_llm_ctc_streaming_sentences",
-                         "--streaming", "exp/full_llm_ctc_streaming", "--sets", "dev-clean", "test-clean",
+    assert table[2:] == ["--speech", f"exp/full_llm_ctc_speech_offline{LA}",
+                         "--offline", f"exp/full_llm_ctc_query_offline{LA}",
+                         "--streaming", f"exp/full_llm_ctc_streaming{LA}_sentences",
+                         "--streaming", f"exp/full_llm_ctc_streaming{LA}", "--sets", "dev-clean", "test-clean",
                          "--search", "beam"]
-    assert (recipe / "exp/full_tables_9_and_5.md").is_file()
+    assert (recipe / f"exp/full_tables_9_and_5{LA}.md").is_file()
     # Then the three models' errors by distance from a chunk boundary, the words placed by
     # stage 4's Zipformer.
     boundaries = launches[-1]
@@ -480,17 +488,17 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     fbank = "data/full/fbank/librispeech_cuts_"
     assert boundaries[3:] == ["--lang-dir", "data/full/lang_bpe_500", "--cuts", f"{fbank}dev-clean.jsonl.gz",
                               f"{fbank}test-clean.jsonl.gz", "--sets", "dev-clean", "test-clean",
-                              "--decode", "streaming, h = 2 s=exp/full_llm_ctc_streaming_sentences:2",
-                              "--decode", "offline query readout=exp/full_llm_ctc_query_offline",
-                              "--decode", "offline speech readout=exp/full_llm_ctc_speech_offline"]
-    assert (recipe / "exp/full_chunk_boundary_errors.md").is_file()
+                              "--decode", f"streaming, h = 2 s=exp/full_llm_ctc_streaming{LA}_sentences:2",
+                              "--decode", f"offline query readout=exp/full_llm_ctc_query_offline{LA}",
+                              "--decode", f"offline speech readout=exp/full_llm_ctc_speech_offline{LA}"]
+    assert (recipe / f"exp/full_chunk_boundary_errors{LA}.md").is_file()
     # Without stage 10's encoder the stage says which stage to run first.
-    (recipe / "exp/full_pruned_ctc_streaming/decoding.pt").unlink()
+    (recipe / f"exp/full_pruned_ctc_streaming{LA}/decoding.pt").unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and "run --stage 10 first" in result.stdout + result.stderr
     # Nor without stage 7's Zipformer, which places the words: before any training.
-    (recipe / "exp/full_pruned_ctc_streaming/decoding.pt").write_bytes(b"")
+    (recipe / f"exp/full_pruned_ctc_streaming{LA}/decoding.pt").write_bytes(b"")
     (recipe / "exp/full_pruned_ctc/decoding.pt").unlink()
     record.unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
@@ -499,43 +507,57 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     assert not record.exists()
 
 
-def test_mini_stages_10_and_11_with_a_lookahead_train_and_decode_every_streaming_model_with_it(recipe_copy,
-                                                                                               tmp_path):
-    """--streaming-lookahead L: stage 10's window encoder and streaming LLM, and stage 11's
-    streaming model, get model.streaming_lookahead_seconds=L; stage 11's offline twins read
-    that encoder; every folder and table is named with _lookahead<L>, beside the paper's."""
+@pytest.mark.parametrize("options, lookahead", [((), "0.32"), (("--streaming-lookahead", "0"), None),
+                                                (("--streaming-lookahead", ".5"), "0.5")])
+def test_mini_stages_10_and_11_train_and_decode_every_streaming_model_with_the_lookahead(recipe_copy, tmp_path,
+                                                                                      options, lookahead):
+    """--streaming-lookahead L (0.32 by default): stage 10's window encoder and streaming
+    LLM, and stage 11's streaming model, get model.streaming_lookahead_seconds=L; stage 11's
+    offline twins read that encoder; every folder and table is named with _lookahead<L>
+    (L as a number: .5 is 0.5). --streaming-lookahead 0 is the paper's windows: no
+    lookahead anywhere, the folders and tables without the suffix."""
     recipe = recipe_copy("mini")
+    suffix = f"_lookahead{lookahead}" if lookahead else ""
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
                                                                "exp/full_llm_ctc/checkpoint-1200.pt",
-                                                               "exp/full_pruned_ctc_streaming_lookahead0.32/decoding.pt",
+                                                               f"exp/full_pruned_ctc_streaming{suffix}/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt"))
-    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "11",
-                             "--streaming-lookahead", "0.32"], cwd=recipe, env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "11", *options],
+                            cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     launches = [shlex.split(line) for line in record.read_text().splitlines()]
     trainings = [command for command in launches if "asr.train" in command]
     folders = [next(a for a in command if a.startswith("train.exp_dir=")).split("=", 1)[1] for command in trainings]
-    assert folders == ["exp/full_pruned_ctc_streaming_lookahead0.32", "exp/full_llm_ctc_streaming_lookahead0.32",
-                       "exp/full_llm_ctc_speech_offline_lookahead0.32", "exp/full_llm_ctc_query_offline_lookahead0.32",
-                       "exp/full_llm_ctc_streaming_lookahead0.32_sentences"]
+    assert folders == [f"exp/full_pruned_ctc_streaming{suffix}", f"exp/full_llm_ctc_streaming{suffix}",
+                       f"exp/full_llm_ctc_speech_offline{suffix}", f"exp/full_llm_ctc_query_offline{suffix}",
+                       f"exp/full_llm_ctc_streaming{suffix}_sentences"]
+    setting = f"model.streaming_lookahead_seconds={lookahead}"
     streaming = [True, True, False, False, True]
     for command, folder, streams in zip(trainings, folders, streaming):
-        assert ("model.streaming_lookahead_seconds=0.32" in command) == streams, folder
+        given = [a for a in command if a.startswith("model.streaming_lookahead_seconds=")]
+        assert given == ([setting] if streams and lookahead else []), folder
         if folder.startswith("exp/full_llm_ctc"):
-            assert "model.encoder_path=exp/full_pruned_ctc_streaming_lookahead0.32/decoding.pt" in command
+            assert f"model.encoder_path=exp/full_pruned_ctc_streaming{suffix}/decoding.pt" in command
     decodes = [command for command in launches if "asr.decode" in command]
-    assert all("model.streaming_lookahead_seconds=0.32" in command
-               for command in decodes if any(a.endswith("streaming_lookahead0.32") or a.endswith("_sentences")
-                                             for a in command))
+    streaming_decodes = [command for command in decodes
+                         if any(a in (f"train.exp_dir=exp/full_pruned_ctc_streaming{suffix}",
+                                      f"train.exp_dir=exp/full_llm_ctc_streaming{suffix}",
+                                      f"train.exp_dir=exp/full_llm_ctc_streaming{suffix}_sentences") for a in command)]
+    assert len(streaming_decodes) == 5  # the window encoder, stage 10's LLM three times, stage 11's streaming model
+    for command in decodes:
+        given = [a for a in command if a.startswith("model.streaming_lookahead_seconds=")]
+        assert given == ([setting] if command in streaming_decodes and lookahead else []), command
     [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
-    assert table[2:10] == ["--speech", "exp/full_llm_ctc_speech_offline_lookahead0.32",
-                           "--offline", "exp/full_llm_ctc_query_offline_lookahead0.32",
-                           "--streaming", "exp/full_llm_ctc_streaming_lookahead0.32_sentences",
-                           "--streaming", "exp/full_llm_ctc_streaming_lookahead0.32"]
-    assert (recipe / "exp/full_tables_9_and_5_lookahead0.32.md").is_file()
-    assert (recipe / "exp/full_chunk_boundary_errors_lookahead0.32.md").is_file()
-    assert not (recipe / "exp/full_tables_9_and_5.md").exists()
+    assert table[2:10] == ["--speech", f"exp/full_llm_ctc_speech_offline{suffix}",
+                           "--offline", f"exp/full_llm_ctc_query_offline{suffix}",
+                           "--streaming", f"exp/full_llm_ctc_streaming{suffix}_sentences",
+                           "--streaming", f"exp/full_llm_ctc_streaming{suffix}"]
+    written = sorted(path.name for path in (recipe / "exp").glob("full_*.md"))
+    assert written == [f"full_chunk_boundary_errors{suffix}.md", f"full_tables_9_and_5{suffix}.md"]
+    if lookahead:
+        assert f"each chunk's encoder window reads {lookahead} s of the next chunk" in result.stdout
+    if options:
+        return
     for bad in ("0.325", "2.5", "-1", "soon", "."):
         result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "10",
                                  "--streaming-lookahead", bad], cwd=recipe, env=env, capture_output=True, text=True,
