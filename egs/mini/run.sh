@@ -400,6 +400,9 @@ streaming_settings=("${streaming_model_settings[@]}"
   data.concatenate_max_gap=0.5 data.concatenate_gap_probability=0.5 data.leading_silence_max=0.5
   model.transcript_leading_space=true "${llm_step_settings[@]}")
 streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
+# --decode-args as given: stages 10 and 11 set decode_args for each of their decodes, the
+# user's last, and one stage's must not reach the next (stages 10-11 in one run).
+user_decode_args=$decode_args
 offline_llm_dir=exp/${tag}_$(basename "$llm_config" .yaml)
 offline_llm_weights=$offline_llm_dir/decoding.pt
 if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
@@ -418,7 +421,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
     "(run --stage 8 first)"
   llm_train_config=$train_config llm_train_settings=("${train_settings[@]}")
   train_streaming_encoder  # finished already where stage 7 trained it
-  user_decode_args=$decode_args decode_args=""  # --decode-args are the LLM's
+  decode_args=""  # --decode-args are the LLM's
   decode_model "test-clean=$fbank_dir/librispeech_cuts_test-clean.jsonl.gz"
   python -m local.export_decoding_weights "$streaming_encoder_dir" "$streaming_encoder_weights"
   python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
@@ -470,7 +473,6 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
   [ -f "$streaming_encoder_weights" ] || die "stage 11 needs stage 10's $streaming_encoder_weights (run --stage 10 first)"
   [ -f "$offline_llm_weights" ] || die "stage 11 starts from stage 8's LLM-CTC in $offline_llm_weights (run --stage 10 first)"
   [ -f "$encoder_weights" ] || die "stage 11 places the test words with stage 7's $encoder_weights (run --stage 7 first)"
-  user_decode_args=$decode_args
   for model in speech query streaming; do
     if [ "$model" = streaming ]; then
       exp_dir=$sentences_exp_dir model_settings=("${streaming_model_settings[@]}")

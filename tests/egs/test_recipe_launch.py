@@ -507,6 +507,42 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     assert not record.exists()
 
 
+def test_mini_stages_10_and_11_in_one_run_decode_each_model_with_its_own_methods_and_the_users_args(recipe_copy,
+                                                                                                    tmp_path):
+    """egs/mini stages 10 and 11 in one run (the README's --stage 7 --stop-stage 11): each
+    decode gets its stage's methods and settings, then --decode-args once; the settings
+    of stage 10's last decodes (streaming methods, 0.5 s of silence before the cuts) never
+    reach stage 11's offline models, which read the speech whole."""
+    recipe = recipe_copy("mini")
+    env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
+                                                               "exp/full_llm_ctc/checkpoint-1200.pt",
+                                                               f"exp/full_pruned_ctc_streaming{LA}/decoding.pt",
+                                                               "exp/full_llm_ctc/decoding.pt"))
+    user = "decode.beam_size=8"
+    launches = recorded_launches(recipe, env, record, "--stage", "10", "--stop-stage", "11", "--decode-args", user)
+    decodes = {}
+    for command in (c for c in launches if "asr.decode" in c):
+        folder = next(a for a in command if a.startswith("train.exp_dir=")).split("=", 1)[1]
+        test_cuts = next(i for i, a in enumerate(command) if a.startswith("decode.test_cuts="))
+        decodes.setdefault(folder, []).append(command[test_cuts + 1:])  # decode_args, after the test sets
+    assert sorted(decodes) == sorted([f"exp/full_pruned_ctc_streaming{LA}", f"exp/full_llm_ctc_streaming{LA}",
+                                      f"exp/full_llm_ctc_speech_offline{LA}", f"exp/full_llm_ctc_query_offline{LA}",
+                                      f"exp/full_llm_ctc_streaming{LA}_sentences"])
+    assert decodes[f"exp/full_pruned_ctc_streaming{LA}"] == [[]]  # the window encoder's own decode section
+    streaming_methods = "decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search"
+    assert decodes[f"exp/full_llm_ctc_streaming{LA}"] == [
+        [streaming_methods, "decode.history_seconds=2,4,8", user],
+        ["decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search", "decode.history_seconds=2",
+         "decode.max_duration=120", user],
+        ["decode.methods=ctc-streaming-prefix-beam-search", "decode.history_seconds=2",
+         "decode.lead_padding_seconds=0.5", user]]
+    for readout in ("speech", "query"):
+        assert decodes[f"exp/full_llm_ctc_{readout}_offline{LA}"] == [
+            ["decode.methods=ctc-greedy-search,ctc-prefix-beam-search", user]]
+    assert decodes[f"exp/full_llm_ctc_streaming{LA}_sentences"] == [
+        [streaming_methods, "decode.history_seconds=2,4,8", user]]
+
+
 @pytest.mark.parametrize("options, lookahead", [((), "0.32"), (("--streaming-lookahead", "0"), None),
                                                 (("--streaming-lookahead", ".5"), "0.5")])
 def test_mini_stages_10_and_11_train_and_decode_every_streaming_model_with_the_lookahead(recipe_copy, tmp_path,
