@@ -70,7 +70,7 @@ cpu_processes=default
 # twin's (Table 5: 0.89x over four seeds), halved stage 10's errors on sentences and
 # recordings alike, and lets the recordings' sentences start anywhere in a chunk
 # (RESULTS.md, "A lookahead into the next chunk", "Where in its chunk a recording's
-# sentence starts" and "The lookahead as stages 10 and 11's default"). The models of a
+# sentence starts" and "The lookahead as the default of stages 7, 10 and 11"). The models of a
 # lookahead go to folders named with _lookahead<seconds>, the paper's windows to folders without.
 streaming_lookahead=0.32
 options=(stage stop_stage nj dl_dir num_train num_dev num_test seed vocab_size ctc_loss quick
