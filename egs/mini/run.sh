@@ -10,6 +10,7 @@
 #   ./run.sh --stage 8 --stop-stage 9 --llm-config conf/llm_ce.yaml  # the LLM-CE baseline
 #   ./run.sh --stage 10 --stop-stage 10                         # streaming LLM-CTC after 8
 #   ./run.sh --stage 11 --stop-stage 11                         # Tables 9 and 5 after 10
+#   ./run.sh --stage 11 --stop-stage 11 --train-args train.seed=43  # the same with another seed
 #   ./run.sh --stage 10 --stop-stage 11 --streaming-lookahead 0  # the same on the paper's windows (no lookahead)
 #   ./run.sh --stage 7 --stop-stage 9 --llm smollm2             # a real pretrained LLM (SmolLM2-135M)
 # Stages: 0 synthesize the corpus, 1 manifests, 2 fbank, 3 BPE, 4 train, 5 decode (with
@@ -116,6 +117,11 @@ for setting in "${user_settings[@]}"; do
   case "$setting" in train.seed=*) run_seed=${setting#train.seed=} ;; esac
 done
 [[ "$run_seed" =~ ^[0-9]+$ ]] || die "--train-args: train.seed must be a non-negative integer, got '$run_seed'"
+# Stages 10 and 11 with another seed write their models, decodes and tables to folders
+# named with _seed<N> beside the default seed's, whose finished runs a seed would refuse to
+# resume: `--stage 11 --stop-stage 11 --train-args train.seed=43` gives that seed's Tables 9
+# and 5. Their inputs, stages 7 and 8's models, stay the default seed's.
+seed_suffix=$([ "$run_seed" = 42 ] || echo "_seed$run_seed")
 recipe_setup
 
 tag=$([ "$quick" = 1 ] && echo quick || echo full)
@@ -409,7 +415,7 @@ if [ "$stage" -le 10 ] && [ "$stop_stage" -ge 10 ]; then
   train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
   stall_max_loss=$llm_step_max_loss
   virtual_ranks=$stage10_virtual_ranks
-  exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix
+  exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix$seed_suffix
   training_settings model.llm="$llm_dir" model.encoder_path="$streaming_encoder_weights" \
     data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
     data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${streaming_settings[@]}" \
@@ -426,7 +432,7 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m local.export_decoding_weights "$streaming_encoder_dir" "$streaming_encoder_weights"
   python -m local.export_decoding_weights "$offline_llm_dir" "$offline_llm_weights"
   train_config=$llm_train_config train_settings=("${llm_train_settings[@]}")
-  train_or_retry "move $exp_dir aside and run stage 10 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
+  train_or_retry "run stage 10 again with another seed (--train-args train.seed=$((run_seed + 2)): its own folders)." \
     "$seed_retry_mark" "$seed_retry_says" "train.seed=$((run_seed + 1))"
   decode_args="$streaming_decode_args $user_decode_args"
   decode_model "${llm_test_sets[@]}"
@@ -461,8 +467,8 @@ fi
 # local.chunk_boundary_errors, the words placed by a forced alignment through stage 4's
 # Zipformer; exp/<tag>_chunk_boundary_errors.md): where streaming loses (RESULTS.md,
 # "Where streaming's extra errors are").
-streaming_exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix
-offline_exp_dir() { echo "exp/${tag}_$(basename "$llm_config" .yaml)_$1_offline$lookahead_suffix"; }
+streaming_exp_dir=exp/${tag}_$(basename "$llm_config" .yaml)_streaming$lookahead_suffix$seed_suffix
+offline_exp_dir() { echo "exp/${tag}_$(basename "$llm_config" .yaml)_$1_offline$lookahead_suffix$seed_suffix"; }
 sentences_exp_dir=${streaming_exp_dir}_sentences
 if [ "$stage" -le 11 ] && [ "$stop_stage" -ge 11 ]; then
   train_config=$llm_config config_option=--llm-config cpu_processes=$stage10_processes
@@ -485,18 +491,24 @@ if run_stage 11 "the offline speech and query readouts and the single-sentence s
       data.train_cuts="$fbank_dir/librispeech_cuts_train-clean-100.jsonl.gz" \
       data.valid_cuts="$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "${model_settings[@]}" \
       "${llm_step_settings[@]}" train.init_from="$offline_llm_weights"
-    train_or_retry "move $exp_dir aside and run stage 11 again with another seed (--train-args train.seed=$((run_seed + 2)))." \
+    train_or_retry "run stage 11 again with another seed (--train-args train.seed=$((run_seed + 2)): its own folders)." \
       "$seed_retry_mark" "$seed_retry_says" "train.seed=$((run_seed + 1))"
     decode_model "${llm_test_sets[@]}"
   done
-  table=exp/${tag}_tables_9_and_5$lookahead_suffix.md
+  table=exp/${tag}_tables_9_and_5$lookahead_suffix$seed_suffix.md
+  # Table 5 with stage 10's model where this seed has one (another seed's stage 10 runs by itself).
+  stage10_row=(--streaming "$streaming_exp_dir")
+  if [ ! -d "$streaming_exp_dir" ]; then
+    stage10_row=()
+    log "Table 5 without stage 10's model: no $streaming_exp_dir (./run.sh --stage 10 --stop-stage 10 with the same options)"
+  fi
   python -m llm_ctc.streaming.table --speech "$(offline_exp_dir speech)" --offline "$(offline_exp_dir query)" \
-    --streaming "$sentences_exp_dir" --streaming "$streaming_exp_dir" --sets dev-clean test-clean --search beam \
+    --streaming "$sentences_exp_dir" "${stage10_row[@]}" --sets dev-clean test-clean --search beam \
     > "$table.tmp"
   mv "$table.tmp" "$table"
   log "Tables 9 and 5 (prefix beam search, WER %), also in $table:"
   cat "$table"
-  boundaries=exp/${tag}_chunk_boundary_errors$lookahead_suffix.md
+  boundaries=exp/${tag}_chunk_boundary_errors$lookahead_suffix$seed_suffix.md
   python -m local.chunk_boundary_errors "$encoder_weights" --lang-dir "$lang_dir" \
     --cuts "$fbank_dir/librispeech_cuts_dev-clean.jsonl.gz" "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" \
     --sets dev-clean test-clean --decode "streaming, h = 2 s=$sentences_exp_dir:2" \

@@ -354,25 +354,28 @@ def test_mini_stage_8_trains_a_stalled_run_again_with_the_next_four_seeds_then_a
     assert (recipe / f"{folder}_stalled6/retrained_with_seed_plus_2").is_file()
 
 
-@pytest.mark.parametrize("stage, folder", [("10", f"exp/full_llm_ctc_streaming{LA}"),
-                                           ("11", f"exp/full_llm_ctc_streaming{LA}_sentences")])
+@pytest.mark.parametrize("stage, model", [("10", "streaming{}"), ("11", "streaming{}_sentences")])
 @pytest.mark.parametrize("seed", [None, 44])
 def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed(recipe_copy, tmp_path, stage,
-                                                                                 folder, seed):
+                                                                                 model, seed):
     """egs/mini stages 10 and 11: an LLM step on the tiny LM that stalled moves to
     <folder>_stalled and trains again in its folder with the seed above the run's own (43
-    by default, 45 after --train-args train.seed=44), its folder marked; the retry is read
-    once more, naming the seed above the retry's; run again, the marked retry resumes with
-    its seed and is not retried. The stand-in python reports a stall for every model."""
+    by default, 45 after --train-args train.seed=44, whose folders are named _seed44), its
+    folder marked; the retry is read once more, naming the seed above the retry's; run
+    again, the marked retry resumes with its seed and is not retried. The stand-in python
+    reports a stall for every model."""
     recipe = recipe_copy("mini")
     options = ("--train-args", f"train.seed={seed}") if seed else ()
+    named = LA + (f"_seed{seed}" if seed else "")
+    folder = f"exp/full_llm_ctc_{model.format(named)}"
     env, record = recorded_mini_programs(recipe, tmp_path, 2, (f"exp/full_pruned_ctc_streaming{LA}/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
                                                                "exp/full_pruned_ctc/decoding.pt",
                                                                *(f"exp/full_llm_ctc_{name}/checkpoint-2300.pt"
-                                                                 for name in (f"streaming{LA}", f"speech_offline{LA}",
-                                                                              f"query_offline{LA}",
-                                                                              f"streaming{LA}_sentences"))))
+                                                                 for name in (f"streaming{named}",
+                                                                              f"speech_offline{named}",
+                                                                              f"query_offline{named}",
+                                                                              f"streaming{named}_sentences"))))
     (tmp_path / "bin" / "python").write_text(MINI_STALLED_PYTHON.format(record=record, real=sys.executable))
     command = ["bash", str(recipe / "run.sh"), "--stage", stage, "--stop-stage", stage, *options]
     result = subprocess.run(command, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
@@ -387,8 +390,8 @@ def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed
     assert check[1:] == ["local.training_stall", folder, "--max-loss", "0.08", "--stalled-status", "3", "--remedy",
                          f"It trains again with the next seed (train.seed={run_seed + 1})."]
     assert warning[1:5] == ["local.training_stall", folder, "--max-loss", "0.08"] and "--stalled-status" not in warning
-    assert warning[-1] == (f"move {folder} aside and run stage {stage} again with another seed"
-                           f" (--train-args train.seed={run_seed + 2}).")
+    assert warning[-1] == (f"run stage {stage} again with another seed"
+                           f" (--train-args train.seed={run_seed + 2}: its own folders).")
     assert (recipe / f"{folder}_stalled/checkpoint-2300.pt").is_file()  # the stalled run kept
     assert (recipe / folder / "retrained_with_the_next_seed").is_file()
     assert f"the run stalled (now in {folder}_stalled); training it again with train.seed={run_seed + 1}" in \
@@ -405,18 +408,19 @@ def test_mini_stages_10_and_11_train_a_stalled_llm_step_again_with_the_next_seed
     [resumed] = [c for c in launches if "asr.train" in c and f"train.exp_dir={folder}" in c]
     assert resumed == retry and "--stalled-status" not in launches[launches.index(resumed) + 1]
     assert not (recipe / f"{folder}_stalled2").exists()
-    # Run with another seed (the other models of the stage, say), the retry still resumes
-    # and decodes with the seed it was trained with: the mark holds it.
+    # Run with another seed, into that seed's folders: the retry is neither resumed nor read.
     assert (recipe / folder / "retrained_with_the_next_seed").read_text() == f"train.seed={run_seed + 1}\n"
     record.unlink()
+    for name in ("streaming{}", "speech_offline{}", "query_offline{}", "streaming{}_sentences"):
+        (recipe / f"exp/full_llm_ctc_{name.format(LA + '_seed7')}").mkdir()  # as its training makes it
     other = ["bash", str(recipe / "run.sh"), "--stage", stage, "--stop-stage", stage, "--train-args", "train.seed=7"]
     result = subprocess.run(other, cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     launches = [shlex.split(line) for line in record.read_text().splitlines()]
-    for c in launches:
-        if f"train.exp_dir={folder}" in c and ("asr.train" in c or "asr.decode" in c):
-            assert c[-1] == f"train.seed={run_seed + 1}" or "asr.decode" in c, c
-            assert c.index(f"train.seed={run_seed + 1}") > c.index("train.seed=7"), c
+    assert not [c for c in launches if f"train.exp_dir={folder}" in c]
+    seven_folder = f"exp/full_llm_ctc_{model.format(LA + '_seed7')}"
+    seven = [c for c in launches if "asr.train" in c and f"train.exp_dir={seven_folder}" in c]
+    assert [c[-1] for c in seven] == ["train.seed=7", "train.seed=8"]  # the stand-in stalls it too
 
 
 def test_a_train_seed_that_is_not_a_whole_number_is_an_error_naming_it(recipe_copy, tmp_path):
@@ -431,17 +435,24 @@ def test_a_train_seed_that_is_not_a_whole_number_is_an_error_naming_it(recipe_co
     assert not record.exists()
 
 
+@pytest.mark.parametrize("seed", [None, 43])
 def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_and_prints_tables_9_and_5(
-        recipe_copy, tmp_path):
+        recipe_copy, tmp_path, seed):
     """egs/mini stage 11: three trainings with stage 10's LLM-step settings but not its
     joined batches (offline speech readout, offline query readout, streaming query
     readout), on stage 10's encoder from stage 8's weights, each decoded on dev-clean and
-    test-clean (the streaming one chunk by chunk), then the tables of these and stage 10's."""
+    test-clean (the streaming one chunk by chunk), then the tables of these and stage 10's.
+    With --train-args train.seed=43 its folders and tables are named _seed43, its inputs
+    the default seed's, and its Table 5 has stage 10's row only where stage 10 ran with 43."""
     recipe = recipe_copy("mini")
+    named = LA + (f"_seed{seed}" if seed else "")
+    options = ("--train-args", f"train.seed={seed}") if seed else ()
+    run_seed = seed or 42
     env, record = recorded_mini_programs(recipe, tmp_path, 2, (f"exp/full_pruned_ctc_streaming{LA}/decoding.pt",
                                                                "exp/full_llm_ctc/decoding.pt",
-                                                               "exp/full_pruned_ctc/decoding.pt"))
-    launches = recorded_launches(recipe, env, record, "--stage", "11", "--stop-stage", "11")
+                                                               "exp/full_pruned_ctc/decoding.pt",
+                                                               f"exp/full_llm_ctc_streaming{LA}/log/train.log"))
+    launches = recorded_launches(recipe, env, record, "--stage", "11", "--stop-stage", "11", *options)
     programs = ("asr.train", "local.training_stall", "asr.decode", "llm_ctc.streaming.table",
                 "local.chunk_boundary_errors")
     kinds = [next(m for m in programs if m in command) for command in launches]
@@ -453,8 +464,10 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     shared = {f"model.encoder_path=exp/full_pruned_ctc_streaming{LA}/decoding.pt",
               "train.init_from=exp/full_llm_ctc/decoding.pt", "train.max_batches=2300",
               "model.encoder_trained_blocks=3", "model.encoder_lr_scale=0.1", "model.projector_lr_scale=1"}
-    folders = (f"exp/full_llm_ctc_speech_offline{LA}", f"exp/full_llm_ctc_query_offline{LA}",
-               f"exp/full_llm_ctc_streaming{LA}_sentences")
+    if seed:
+        shared.add(f"train.seed={seed}")
+    folders = (f"exp/full_llm_ctc_speech_offline{named}", f"exp/full_llm_ctc_query_offline{named}",
+               f"exp/full_llm_ctc_streaming{named}_sentences")
     for command, readout, folder in zip(trainings, ("speech", "query", "query"), folders):
         assert command[:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
         assert f"train.exp_dir={folder}" in command
@@ -463,7 +476,7 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
         assert set(streaming) <= set(command) if folder.endswith("sentences") else not set(streaming) & set(command)
     stalls = [command for command in launches if "local.training_stall" in command]
     assert [command[2:] for command in stalls] == [[folder, "--max-loss", "0.08", "--stalled-status", "3", "--remedy",
-                                                    "It trains again with the next seed (train.seed=43)."]
+                                                    f"It trains again with the next seed (train.seed={run_seed + 1})."]
                                                    for folder in folders]
     decodes = [command for command in launches if "asr.decode" in command]
     for command, folder in zip(decodes, folders):
@@ -475,12 +488,12 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
             assert "decode.methods=ctc-greedy-search,ctc-prefix-beam-search" in command
             assert not any(a.startswith("decode.history_seconds") for a in command)
     [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
-    assert table[2:] == ["--speech", f"exp/full_llm_ctc_speech_offline{LA}",
-                         "--offline", f"exp/full_llm_ctc_query_offline{LA}",
-                         "--streaming", f"exp/full_llm_ctc_streaming{LA}_sentences",
-                         "--streaming", f"exp/full_llm_ctc_streaming{LA}", "--sets", "dev-clean", "test-clean",
-                         "--search", "beam"]
-    assert (recipe / f"exp/full_tables_9_and_5{LA}.md").is_file()
+    stage_10 = [] if seed else ["--streaming", f"exp/full_llm_ctc_streaming{LA}"]
+    assert table[2:] == ["--speech", f"exp/full_llm_ctc_speech_offline{named}",
+                         "--offline", f"exp/full_llm_ctc_query_offline{named}",
+                         "--streaming", f"exp/full_llm_ctc_streaming{named}_sentences",
+                         *stage_10, "--sets", "dev-clean", "test-clean", "--search", "beam"]
+    assert (recipe / f"exp/full_tables_9_and_5{named}.md").is_file()
     # Then the three models' errors by distance from a chunk boundary, the words placed by
     # stage 4's Zipformer.
     boundaries = launches[-1]
@@ -488,10 +501,19 @@ def test_mini_stage_11_trains_stage_10s_llm_step_on_single_sentences_three_ways_
     fbank = "data/full/fbank/librispeech_cuts_"
     assert boundaries[3:] == ["--lang-dir", "data/full/lang_bpe_500", "--cuts", f"{fbank}dev-clean.jsonl.gz",
                               f"{fbank}test-clean.jsonl.gz", "--sets", "dev-clean", "test-clean",
-                              "--decode", f"streaming, h = 2 s=exp/full_llm_ctc_streaming{LA}_sentences:2",
-                              "--decode", f"offline query readout=exp/full_llm_ctc_query_offline{LA}",
-                              "--decode", f"offline speech readout=exp/full_llm_ctc_speech_offline{LA}"]
-    assert (recipe / f"exp/full_chunk_boundary_errors{LA}.md").is_file()
+                              "--decode", f"streaming, h = 2 s=exp/full_llm_ctc_streaming{named}_sentences:2",
+                              "--decode", f"offline query readout=exp/full_llm_ctc_query_offline{named}",
+                              "--decode", f"offline speech readout=exp/full_llm_ctc_speech_offline{named}"]
+    assert (recipe / f"exp/full_chunk_boundary_errors{named}.md").is_file()
+    if seed:
+        # Stage 10 run with that seed: its model joins Table 5.
+        (recipe / f"exp/full_llm_ctc_streaming{named}").mkdir()
+        record.unlink()
+        launches = recorded_launches(recipe, env, record, "--stage", "11", "--stop-stage", "11", *options)
+        [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
+        assert table[7:10] == [f"exp/full_llm_ctc_streaming{named}_sentences", "--streaming",
+                               f"exp/full_llm_ctc_streaming{named}"]
+        return
     # Without stage 10's encoder the stage says which stage to run first.
     (recipe / f"exp/full_pruned_ctc_streaming{LA}/decoding.pt").unlink()
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "11", "--stop-stage", "11"],
@@ -557,7 +579,8 @@ def test_mini_stages_10_and_11_train_and_decode_every_streaming_model_with_the_l
     env, record = recorded_mini_programs(recipe, tmp_path, 2, ("exp/full_pruned_ctc/decoding.pt",
                                                                "exp/full_llm_ctc/checkpoint-1200.pt",
                                                                f"exp/full_pruned_ctc_streaming{suffix}/decoding.pt",
-                                                               "exp/full_llm_ctc/decoding.pt"))
+                                                               "exp/full_llm_ctc/decoding.pt",
+                                                               f"exp/full_llm_ctc_streaming{suffix}/log/train.log"))
     result = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "10", "--stop-stage", "11", *options],
                             cwd=recipe, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
