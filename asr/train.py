@@ -72,7 +72,7 @@ from asr.train_step import (
 )
 from asr.train_zero1 import consolidate
 from asr.threads import choose_threads, describe as describe_threads
-from asr.trainee import build_trainee, seed_everything
+from asr.trainee import build_trainee, seed_everything, start_digest
 from asr.weights import newest_checkpoint
 
 
@@ -103,6 +103,7 @@ class Run:
     model_avg: Optional[torch.nn.Module]  # float64 running average, rank 0 only
     report: ProgressReport
     after_step: Optional["StepHook"] = None
+    start: str = ""  # the digest of train.init_from's weights (trainee.start_digest), "" without
 
     @property
     def model(self) -> torch.nn.Module:
@@ -130,9 +131,11 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
         tokenizer = load_family(config.family).tokenizer(config.model, options.lang_dir)
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"ERROR: {error}") from None
+    start = start_digest(options.init_from)
     finished = finished_already(config)
     if finished is not None:
         check_finished_config(finished, config, tokenizer)
+        check_same_start(finished, options.init_from, start)
         print(f"training: {finished} exists: already finished")
         return
     dist = setup_distributed(options.device)
@@ -170,7 +173,7 @@ def main(argv: Optional[Sequence[str]] = None, after_step: Optional[StepHook] = 
 
         writer = SummaryWriter(log_dir=str(exp_dir / "tensorboard"))
     run = Run(config, dist, tokenizer, train_data, valid_loader, trainee, model_avg,
-              ProgressReport(options.log_interval, writer, options.accum_grad), after_step)
+              ProgressReport(options.log_interval, writer, options.accum_grad), after_step, start)
     state = resume(run)
 
     # The loop.
@@ -232,6 +235,22 @@ def check_finished_config(path: Path, config: RunConfig, tokenizer: Tokenizer) -
         raise SystemExit(
             f"ERROR: {error}: that run finished under its own configuration; train into another "
             f"train.exp_dir, or move {Path(config.train.exp_dir)} aside to train it again") from None
+
+
+def check_same_start(path: Path, init_from: str, start: str) -> None:
+    """Refuse to resume, or to call finished, a run whose checkpoint ``path`` started from
+    other weights than ``train.init_from``'s now (``start``, their digest): its stage before
+    trained again since, and the run holds what came of the old start. Checkpoints written
+    before runs recorded their start, and runs given no ``train.init_from`` now, pass."""
+    try:
+        saved = read_checkpoint_entry(path, "init_from_digest")
+    except KeyError:
+        return
+    if init_from and saved != start:
+        raise SystemExit(
+            f"ERROR: train.init_from: the weights of {init_from} are not those {path} was trained from "
+            f"(they changed since: their run trained again); train into another train.exp_dir, or move "
+            f"{path.parent} aside to train from the new ones")
 
 
 def with_lexicon_size(model_config: Any, tokenizer: Tokenizer) -> Any:
@@ -371,7 +390,7 @@ def save(run: Run, state: TrainingState, path: Path) -> None:
         sampler_state=resumable_sampler_state(run.train_data.sampler, state.batch_in_epoch),
         extra={"rng_per_rank": rng_per_rank, "batch_in_epoch": state.batch_in_epoch,
                "batches_per_epoch": state.batches_per_epoch, "best_valid_loss": state.best_valid_loss,
-               "train_losses": [list(entry) for entry in state.train_losses]},
+               "train_losses": [list(entry) for entry in state.train_losses], "init_from_digest": run.start},
     )
     logging.info("saved %s", path)
     remove_old_checkpoints(options.exp_dir, options.keep_last_k)
@@ -396,6 +415,7 @@ def resume(run: Run) -> TrainingState:
     if path is None:
         run.train_data.share_random_state()
         return TrainingState()
+    check_same_start(path, options.init_from, run.start)
     checkpoint = load_checkpoint(
         path, expected_config=run.config.to_dict(), ignore_config_fields=CHANGEABLE_ON_RESUME,
         model=run.model, model_avg=run.model_avg, optimizer=run.trainee.optimizer,

@@ -5,8 +5,11 @@ the same way."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
+from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import torch
@@ -56,8 +59,6 @@ def initialize_from(model: torch.nn.Module, path: str) -> None:
     checkpoint lacks (e.g. the query vector q when a speech-readout LLM-CTC starts a
     query-readout one) keep their initialization and are named in the log; a checkpoint
     weight the model lacks, or of another shape, is an error."""
-    from pathlib import Path
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"train.init_from: checkpoint not found: {path}")
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
@@ -80,6 +81,28 @@ def initialize_from(model: torch.nn.Module, path: str) -> None:
     logging.info("model initialized from the weights of %s%s", path,
                  f"; {len(kept)} weight(s) it lacks keep their initialization: {', '.join(kept[:8])}"
                  + (" ..." if len(kept) > 8 else "") if kept else "")
+
+
+def weights_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 of a model's weights (names, dtypes, shapes and bytes, in name order): the
+    same weights give the same digest whatever file or export holds them."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def start_digest(path: str) -> str:
+    """The digest of the weights a run starts from (``train.init_from``'s "model" entry),
+    "" without one; checkpoints record it, so that a run whose start changed since (its
+    stage trained again) is not resumed or called finished as if it had not."""
+    if not path or not Path(path).is_file():
+        return ""  # a missing file is named where the weights are loaded
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    model = checkpoint.get("model") if isinstance(checkpoint, dict) else None
+    return weights_digest(model) if isinstance(model, Mapping) else ""
 
 
 def schedule_units_per_batch(config: RunConfig, world_size: int) -> float:

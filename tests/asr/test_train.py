@@ -336,3 +336,32 @@ def test_init_from_errors_name_the_option_and_the_file(corpus: Dict[str, Path], 
     with pytest.raises(SystemExit, match=message):
         main(arguments(corpus, tmp_path / "exp", f"train.init_from={path}", "train.max_batches=1"))
     assert not (tmp_path / "exp").exists()
+
+
+def test_a_run_whose_start_changed_is_neither_resumed_nor_called_finished(corpus: Dict[str, Path],
+                                                                          uninterrupted: Path, tmp_path: Path,
+                                                                          capsys) -> None:
+    """Checkpoints record the digest of train.init_from's weights: the same weights written
+    again (another export) still match; other weights at the same path (the stage before
+    trained again) stop a rerun, whether the run finished or was cut short, naming the
+    option, the file and the checkpoint."""
+    from asr.trainee import weights_digest
+
+    start = tmp_path / "start.pt"
+    torch.save({"model": load(uninterrupted / "epoch-2.pt")["model"]}, start)
+    run = arguments(corpus, tmp_path / "exp", f"train.init_from={start}", "train.max_batches=2", "train.save_every_n=1")
+    main(run)
+    assert load(tmp_path / "exp" / "checkpoint-2.pt")["init_from_digest"] == weights_digest(load(start)["model"])
+    torch.save({"model": dict(load(start)["model"]), "note": "exported again"}, start)
+    capsys.readouterr()
+    main(run)
+    assert "checkpoint-2.pt exists: already finished" in capsys.readouterr().out
+    moved = {name: tensor + 1 if tensor.is_floating_point() else tensor for name, tensor in load(start)["model"].items()}
+    torch.save({"model": moved}, start)
+    with pytest.raises(SystemExit, match=r"train.init_from: the weights of .*start\.pt are not those "
+                                         r".*checkpoint-2\.pt was trained from .*move .*exp aside"):
+        main(run)
+    (tmp_path / "exp" / "checkpoint-2.pt").unlink()  # cut short after its first update
+    with pytest.raises(SystemExit, match=r"are not those .*checkpoint-1\.pt was trained from"):
+        main(run)
+    assert not (tmp_path / "exp" / "checkpoint-2.pt").exists()
