@@ -1,0 +1,89 @@
+"""local.boundary_repeats: output words placed by the layout's definition (chunk, place in
+the chunk, tau of their first token's query frame), the doubled words, the sides of a
+boundary, and the greedy frames equal to the chunk-by-chunk recognizer's greedy output."""
+
+import pytest
+import torch
+
+from llm_ctc.streaming.layout import FrameRateGrid, utterance_layout
+from local.boundary_repeats import (Word, boundary_side, doubled, greedy_frames, main, near_boundary_rows,
+                                    output_words, summary)
+from references.tiny_llm import random_features
+
+PIECES = {1: " the", 2: " cat", 3: "s", 4: " sat", 5: " mat"}
+BLANK = 0
+
+
+def decode(ids):
+    return "".join(PIECES[i] for i in ids).strip()
+
+
+def collapse(ids, blank):
+    """CTC's collapse by its definition: merge repeats, then drop blanks."""
+    merged = [label for k, label in enumerate(ids) if k == 0 or label != ids[k - 1]]
+    return [label for label in merged if label != blank]
+
+
+def test_output_words_are_placed_by_the_layout():
+    # 8 feature frames per embedding: a full 2 s chunk gives 25 query frames, 150 frames 19.
+    layout = utterance_layout(3, [200, 150], FrameRateGrid(8))
+    ids = [BLANK] * 44
+    ids[3], ids[10], ids[11], ids[23] = 1, 2, 3, 4   # the, cat+s (one word), sat late in chunk 0
+    ids[24], ids[26] = 4, 4                           # sat held into frame 24; sat again at chunk 1's frame 1
+    ids[40] = 5
+    words = output_words(ids, layout, BLANK, decode)
+    assert [w.text for w in words] == ["the", "cats", "sat", "sat", "mat"]
+    # By the definition: frame t of the concatenated query outputs is chunk t // 25's
+    # frame t % 25, at tau = 200 * chunk + 8 * (t % 25) ticks.
+    for word, frame in zip(words, (3, 10, 23, 26, 40)):
+        chunk, place = frame // 25, frame % 25
+        assert (word.chunk, word.frame_in_chunk, word.chunk_frames, word.tau) == \
+            (chunk, place, (25, 19)[chunk], 200 * chunk + 8 * place)
+    pairs = doubled(words)
+    assert [(a.text, a.chunk, b.chunk) for a, b in pairs] == [("sat", 0, 1)]
+    assert len(collapse(ids, BLANK)) == 6  # the, cat, s, sat, sat, mat: 5 words
+    with pytest.raises(ValueError, match="43 frame ids for a layout of 44"):
+        output_words(ids[:-1], layout, BLANK, decode)
+
+
+def test_boundary_sides_and_who_writes_the_words_near_it():
+    assert boundary_side((1.5, 2.0), 2.0) == "before"
+    assert boundary_side((1.9, 2.1), 2.0) == "cut"
+    assert boundary_side((2.0, 2.3), 2.0) == "after"
+    reference = ["a", "bird", "sang", "far", "away"]
+    spans = [(0.2, 0.4), (1.6, 1.9), (1.95, 2.2), (2.1, 2.4), (2.6, 3.0)]
+    words = [Word("a", 0, 2, 25, 16), Word("bird", 0, 20, 25, 160), Word("sang", 0, 23, 25, 184),
+             Word("sang", 1, 1, 20, 208), Word("away", 1, 8, 20, 264)]
+    rows = near_boundary_rows(words, reference, spans, duration=3.2, chunk_seconds=2, near=0.32)
+    # "a" is more than 0.5 s before the boundary and "away" starts 0.6 s after it: not near.
+    assert rows == [("before", "earlier chunk"), ("cut", "both"), ("after", "neither")]
+    lines = summary(doubled(words), ["cut"], rows, num_words=len(words))
+    assert lines[0] == ("output words 5; written twice: 1; across a chunk boundary: 1 (first copy in the last 4 "
+                        "frames of its chunk: 1; second copy in the first 4 frames of the next chunk: 1)")
+    assert lines[1] == "across a boundary, the word against it: before 0, cut 1, after 0"
+    assert "| cut | 1 | 0 | 0 | 1 | 0 |" in lines
+
+
+def test_greedy_frames_are_the_chunk_by_chunk_greedy_output(ctc_model):
+    from llm_ctc.streaming.recognizer import recognize_streaming
+
+    features, lens = random_features([610, 230], seed=12)
+    with torch.no_grad():
+        frames, layouts = greedy_frames(ctc_model, features, lens, history=1)
+        ids, _, _ = recognize_streaming(ctc_model, features, lens, history_seconds=1)
+    # 610 frames: chunks of 200, 200, 200 and 10 frames, 25 + 25 + 25 + ceil(10 / 8) query
+    # frames; 230: 25 + ceil(30 / 8).
+    assert [len(f) for f in frames] == [layout.num_frames for layout in layouts] == [77, 29]
+    assert [collapse(f, ctc_model.blank_id) for f in frames] == ids
+
+
+def test_refuses_an_offline_run(tmp_path):
+    from asr.config import RunConfig
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    torch.save({"config": RunConfig().to_dict(), "model": {}, "batch_idx_train": 1}, exp_dir / "epoch-1.pt")
+    with pytest.raises(SystemExit, match="no streaming LLM-CTC run"):
+        main([str(exp_dir), "--cuts", str(tmp_path / "x.gz")])
+    with pytest.raises(SystemExit, match="--zipformer and --lang-dir go together"):
+        main([str(exp_dir), "--cuts", str(tmp_path / "x.gz"), "--zipformer", str(tmp_path / "z.pt")])
