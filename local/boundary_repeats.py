@@ -16,6 +16,15 @@ keeps) has the chunk of its query frame, the frame's place in the chunk and its 
 far. A word is written twice where two words next to each other in the output are the
 same; such a pair is *across a boundary* when its copies come from different chunks.
 
+The report also scores the greedy output against the references (the run's own
+normalization, as ``asr.decode`` scores it), as it is and with every *seam repeat*
+written once: a word written twice across a boundary whose first copy starts in the last
+``--seam-frames`` query frames of its chunk and whose second starts in the first
+``--seam-frames`` of the next (the frames whose encoder windows share audio when the
+lookahead is that long: 4 frames of 0.08 s for 0.32 s), the second copy dropped. That is
+what a decoder that merges the seams of overlapping chunks, as buffered streaming
+decoders merge overlapping buffers, would output here; the decoders do not do it.
+
 With ``--zipformer`` (an offline Zipformer checkpoint and its ``--lang-dir``) every
 reference word gets the span a forced alignment of the whole utterance gives it
 (``local.chunk_boundary_errors.word_spans``), and the report adds, for the words near a
@@ -90,6 +99,25 @@ def doubled(words: Sequence[Word]) -> List[Tuple[Word, Word]]:
     return [(a, b) for a, b in zip(words, words[1:]) if a.text.lower() == b.text.lower()]
 
 
+def is_seam_repeat(first: Word, second: Word, window: int) -> bool:
+    """Whether a doubled pair is a seam repeat: the first copy in the last ``window``
+    frames of its chunk, the second in the first ``window`` frames of the next chunk."""
+    return (second.chunk == first.chunk + 1 and first.chunk_frames - first.frame_in_chunk <= window
+            and second.frame_in_chunk < window)
+
+
+def seam_merged(words: Sequence[Word], window: int) -> List[Word]:
+    """``words`` with the second copy of every seam repeat dropped."""
+    kept: List[Word] = []
+    for k, word in enumerate(words):
+        previous = words[k - 1] if k else None
+        if previous is not None and previous.text.lower() == word.text.lower() and \
+                is_seam_repeat(previous, word, window):
+            continue
+        kept.append(word)
+    return kept
+
+
 def boundary_side(span: Tuple[float, float], boundary: float) -> str:
     """Where a word's (start, end) span lies against a boundary (seconds): 'before' (it
     ends at or before it), 'cut' (it starts before and ends after), 'after'."""
@@ -123,15 +151,21 @@ def near_boundary_rows(words: Sequence[Word], reference: Sequence[str], spans: S
 
 
 def summary(pairs: Sequence[Tuple[Word, Word]], sides: Sequence[Optional[str]], rows: Sequence[Tuple[str, str]],
-            num_words: int, tail: int = 4) -> List[str]:
-    """The printed report: the doubled words, where their copies are, and (with word
-    spans) who writes the words near a boundary."""
+            num_words: int, tail: int = 4, errors: Optional[Tuple[int, int, int]] = None) -> List[str]:
+    """The printed report: the doubled words, where their copies are, the greedy output's
+    errors (``errors``: reference words, errors, errors with the seam repeats written
+    once) and (with word spans) who writes the words near a boundary."""
     across = [(a, b) for a, b in pairs if a.chunk != b.chunk]
     lines = [f"output words {num_words}; written twice: {len(pairs)}; across a chunk boundary: {len(across)} "
              f"(first copy in the last {tail} frames of its chunk: "
              f"{sum(1 for a, _ in across if a.chunk_frames - a.frame_in_chunk <= tail)}; second copy in the first "
              f"{tail} frames of the next chunk: "
-             f"{sum(1 for a, b in across if b.chunk == a.chunk + 1 and b.frame_in_chunk < tail)})"]
+             f"{sum(1 for a, b in across if b.chunk == a.chunk + 1 and b.frame_in_chunk < tail)}; "
+             f"seam repeats: {sum(1 for a, b in pairs if is_seam_repeat(a, b, tail))})"]
+    if errors is not None:
+        words, as_is, merged = errors
+        lines.append(f"greedy output: {as_is} errors on {words} reference words ({100 * as_is / max(words, 1):.2f}%); "
+                     f"with the seam repeats written once: {merged} ({100 * merged / max(words, 1):.2f}%)")
     counted = collections.Counter(side for (a, b), side in zip(pairs, sides) if a.chunk != b.chunk and side)
     if counted:
         lines.append("across a boundary, the word against it: " + ", ".join(
@@ -166,13 +200,15 @@ def greedy_frames(model, features: torch.Tensor, lens: torch.Tensor, history: in
 
 
 def load_streaming_run(exp_dir: Path):
+    """The run's model (the weights ``asr.decode`` chooses) and its lexicon."""
     from asr.weights import build_trained_model, choose_weights, load_lexicon, saved_run_config
 
     config = saved_run_config(exp_dir)
     if config.family != "llm_ctc" or not getattr(config.model, "streaming", False):
         raise ValueError(f"{exp_dir} holds no streaming LLM-CTC run (family {config.family})")
     weights = choose_weights(exp_dir, config.decode)
-    return build_trained_model(weights, load_lexicon(weights.saved.train.lang_dir, weights.saved))
+    lexicon = load_lexicon(weights.saved.train.lang_dir, weights.saved)
+    return build_trained_model(weights, lexicon), lexicon
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -185,18 +221,22 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--lang-dir", type=Path, help="the Zipformer's lang dir (with --zipformer)")
     parser.add_argument("--near", type=float, default=0.32,
                         help="seconds after a boundary in which a starting word counts as near it (default 0.32)")
+    parser.add_argument("--seam-frames", type=int, default=4,
+                        help="query frames on each side of a boundary where a repeat is a seam repeat (default 4)")
     parser.add_argument("--batch", type=int, default=8, help="utterances per forward pass")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
     if args.history < 0:
         raise SystemExit(f"ERROR: --history must be >= 0 seconds, got {args.history}")
+    if args.seam_frames < 1:
+        raise SystemExit(f"ERROR: --seam-frames must be >= 1 query frames, got {args.seam_frames}")
     if (args.zipformer is None) != (args.lang_dir is None):
         raise SystemExit("ERROR: --zipformer and --lang-dir go together (the Zipformer's own lang dir)")
     from asr.chunk_features import PerChunkFeatures
     from asr.data import load_cuts_lazy
 
     try:
-        model = load_streaming_run(args.exp_dir)
+        model, lexicon = load_streaming_run(args.exp_dir)
         cuts = [cut for path in args.cuts for cut in load_cuts_lazy(path, "--cuts")]
         aligner = None
         if args.zipformer is not None:
@@ -208,6 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(f"ERROR: {error}") from None
     per_chunk = PerChunkFeatures(model.chunk_seconds)
     pairs, sides, rows, num_words = [], [], [], 0
+    errors = [0, 0, 0]  # reference words, errors, errors with the seam repeats written once
     for start in range(0, len(cuts), args.batch):
         group = cuts[start:start + args.batch]
         feats = [per_chunk.cut_features(cut) for cut in group]
@@ -222,6 +263,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             found = doubled(words)
             pairs += found
             reference = " ".join(s.text for s in cut.supervisions).split()
+            scored = lexicon.normalize_reference(" ".join(reference)).split()
+            errors[0] += len(scored)
+            for k, hypothesis in ((1, words), (2, seam_merged(words, args.seam_frames))):
+                errors[k] += word_errors(scored, [w.text for w in hypothesis])
             for a, b in found:
                 side = None
                 if cut_spans is not None and a.chunk != b.chunk:
@@ -233,7 +278,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if cut_spans is not None:
                 rows += near_boundary_rows(words, reference, cut_spans, cut.duration, model.chunk_seconds, args.near)
         logging.info("%d of %d cuts", min(start + args.batch, len(cuts)), len(cuts))
-    print("\n".join(summary(pairs, sides, rows, num_words)))
+    print("\n".join(summary(pairs, sides, rows, num_words, args.seam_frames, tuple(errors))))
+
+
+def word_errors(reference: Sequence[str], hypothesis: Sequence[str]) -> int:
+    """Substitutions, deletions and insertions of the best alignment (kaldialign)."""
+    import kaldialign
+
+    return int(kaldialign.edit_distance(list(reference), list(hypothesis))["total"])
 
 
 def aligned_spans(aligner, cuts) -> List[List[Tuple[float, float]]]:

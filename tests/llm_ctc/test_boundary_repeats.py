@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from llm_ctc.streaming.layout import FrameRateGrid, utterance_layout
-from local.boundary_repeats import (Word, boundary_side, doubled, greedy_frames, main, near_boundary_rows,
-                                    output_words, summary)
+from local.boundary_repeats import (Word, boundary_side, doubled, greedy_frames, is_seam_repeat, main,
+                                    near_boundary_rows, output_words, seam_merged, summary)
 from references.tiny_llm import random_features
 
 PIECES = {1: " the", 2: " cat", 3: "s", 4: " sat", 5: " mat"}
@@ -57,11 +57,32 @@ def test_boundary_sides_and_who_writes_the_words_near_it():
     rows = near_boundary_rows(words, reference, spans, duration=3.2, chunk_seconds=2, near=0.32)
     # "a" is more than 0.5 s before the boundary and "away" starts 0.6 s after it: not near.
     assert rows == [("before", "earlier chunk"), ("cut", "both"), ("after", "neither")]
-    lines = summary(doubled(words), ["cut"], rows, num_words=len(words))
+    lines = summary(doubled(words), ["cut"], rows, num_words=len(words), errors=(5, 1, 0))
     assert lines[0] == ("output words 5; written twice: 1; across a chunk boundary: 1 (first copy in the last 4 "
-                        "frames of its chunk: 1; second copy in the first 4 frames of the next chunk: 1)")
-    assert lines[1] == "across a boundary, the word against it: before 0, cut 1, after 0"
+                        "frames of its chunk: 1; second copy in the first 4 frames of the next chunk: 1; "
+                        "seam repeats: 1)")
+    assert lines[1] == ("greedy output: 1 errors on 5 reference words (20.00%); with the seam repeats written "
+                        "once: 0 (0.00%)")
+    assert lines[2] == "across a boundary, the word against it: before 0, cut 1, after 0"
     assert "| cut | 1 | 0 | 0 | 1 | 0 |" in lines
+
+
+def test_seam_repeats_by_their_definition():
+    # 25 frames per full chunk: frame 21 is 4 from the end, frame 20 five.
+    def word(text, chunk, frame):
+        return Word(text, chunk, frame, 25, 200 * chunk + 8 * frame)
+
+    assert is_seam_repeat(word("a", 0, 21), word("a", 1, 3), 4)
+    assert not is_seam_repeat(word("a", 0, 20), word("a", 1, 3), 4)   # too early in its chunk
+    assert not is_seam_repeat(word("a", 0, 21), word("a", 1, 4), 4)   # too late in the next
+    assert not is_seam_repeat(word("a", 0, 24), word("a", 2, 0), 4)   # not the next chunk
+    assert is_seam_repeat(word("a", 0, 20), word("a", 1, 4), 5)
+    words = [word("the", 0, 3), word("cat", 0, 22), word("Cat", 1, 1), word("sat", 1, 9), word("sat", 1, 12),
+             word("on", 1, 24), word("on", 2, 0)]
+    kept = seam_merged(words, 4)
+    # The repeats across the seams go; "sat sat" within one chunk stays.
+    assert [w.text for w in kept] == ["the", "cat", "sat", "sat", "on"]
+    assert kept[1] is words[1] and kept[4] is words[5]
 
 
 def test_greedy_frames_are_the_chunk_by_chunk_greedy_output(ctc_model):
@@ -85,5 +106,7 @@ def test_refuses_an_offline_run(tmp_path):
     torch.save({"config": RunConfig().to_dict(), "model": {}, "batch_idx_train": 1}, exp_dir / "epoch-1.pt")
     with pytest.raises(SystemExit, match="no streaming LLM-CTC run"):
         main([str(exp_dir), "--cuts", str(tmp_path / "x.gz")])
+    with pytest.raises(SystemExit, match="--seam-frames must be >= 1"):
+        main([str(exp_dir), "--cuts", str(tmp_path / "x.gz"), "--seam-frames", "0"])
     with pytest.raises(SystemExit, match="--zipformer and --lang-dir go together"):
         main([str(exp_dir), "--cuts", str(tmp_path / "x.gz"), "--zipformer", str(tmp_path / "z.pt")])
