@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
-from asr.decode_methods import DEFAULT_METHODS, method_of
+from asr.decode_methods import DEFAULT_METHODS, STREAMING, method_of
 from asr.preset_files import SECTIONS, merge_presets, read_preset_chain
 from asr.override_values import format_value, parse_value
 from asr.renamed_keys import refusal, translate_saved_config
@@ -271,6 +271,11 @@ class DecodeOptions:
     # The same before every test cut, as a stream starts with silence; > 0 names every
     # setting ``..._lead-padding-<s>s`` (before any tail padding's suffix).
     lead_padding_seconds: float = 0.0
+    # > 0: the ctc-streaming-* methods of a model with a lookahead (whose chunks' encoder
+    # windows overlap) merge the seams: tokens the frame argmax takes within this many
+    # seconds before a chunk boundary and again within as many after it are written once
+    # (asr.streaming_search); names every streaming setting ``..._seam-merge-<s>s_history-<h>s``.
+    seam_merge_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         self.methods = tuple(dict.fromkeys(self.methods))
@@ -299,7 +304,10 @@ class DecodeOptions:
         self.blank_penalty = tuple(dict.fromkeys(float(value) for value in self.blank_penalty))
         if not self.blank_penalty or not all(math.isfinite(value) for value in self.blank_penalty):
             raise ValueError(f"decode.blank_penalty must be one or more finite numbers, got {list(self.blank_penalty)}")
-        for name in ("tail_padding_seconds", "lead_padding_seconds"):
+        if self.seam_merge_seconds and not any(method_of(name).needs == STREAMING for name in self.methods):
+            raise ValueError("decode.seam_merge_seconds merges the seams of the ctc-streaming-* methods; "
+                             f"decode.methods {list(self.methods)} has none")
+        for name in ("tail_padding_seconds", "lead_padding_seconds", "seam_merge_seconds"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"decode.{name} must be a finite number of seconds >= 0, got {getattr(self, name)!r}")
         choices = {"compute_cer": ("auto", "true", "false"), "text_normalization": ("none", "gigaspeech"),

@@ -68,7 +68,7 @@ FLAG_OVERRIDES = {
     "max_duration": "decode.max_duration", "compute_cer": "decode.compute_cer",
     "text_normalization": "decode.text_normalization", "device": "decode.device",
     "history_seconds": "decode.history_seconds", "tail_padding_seconds": "decode.tail_padding_seconds",
-    "lead_padding_seconds": "decode.lead_padding_seconds",
+    "lead_padding_seconds": "decode.lead_padding_seconds", "seam_merge_seconds": "decode.seam_merge_seconds",
 }
 
 
@@ -194,7 +194,7 @@ def decode_test_set(
     rank, world_size = (ranks.rank, ranks.world_size) if ranks is not None else (0, 1)
     settings = decoding_settings(options)
     searches = {setting.key: SearchSettings(tokenizer.blank_id, options.beam_size, options.token_penalty,
-                                            setting.blank_penalty) for setting in settings}
+                                            setting.blank_penalty, options.seam_merge_seconds) for setting in settings}
     # Greedy search alone may skip the log-probs only where no setting penalizes blank.
     penalized = any(setting.blank_penalty for setting in settings)
     batches: List[Tuple[int, Dict[str, List[Result]]]] = []  # (batch index, its results)
@@ -270,7 +270,8 @@ def decoding_settings(options: DecodeOptions) -> List[Setting]:
         method = method_of(name)
         for history in (options.history_seconds if method.per_history else (None,)):
             for penalty in (options.blank_penalty if method.uses_blank_penalty else (0.0,)):
-                key = method.key(options.beam_size, options.token_penalty, history, penalty)
+                key = method.key(options.beam_size, options.token_penalty, history, penalty,
+                                 options.seam_merge_seconds)
                 if options.lead_padding_seconds:
                     key += f"_lead-padding-{options.lead_padding_seconds:g}s"
                 if options.tail_padding_seconds:
@@ -321,6 +322,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--history-seconds", nargs="+", help="decode.history_seconds (ctc-streaming-* methods)")
     parser.add_argument("--tail-padding-seconds", help="decode.tail_padding_seconds: silence after every test cut")
     parser.add_argument("--lead-padding-seconds", help="decode.lead_padding_seconds: silence before every test cut")
+    parser.add_argument("--seam-merge-seconds", help="decode.seam_merge_seconds: > 0 merges the seams of a "
+                                                     "lookahead's overlapping chunks (ctc-streaming-* methods)")
     return parser.parse_args(argv)
 
 

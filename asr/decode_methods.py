@@ -49,15 +49,17 @@ class DecodeMethod:
         return self.needs in (CTC_SEARCH, STREAMING)
 
     def key(self, beam_size: int, token_penalty: float, history: Optional[int] = None,
-            blank_penalty: float = 0.0) -> str:
+            blank_penalty: float = 0.0, seam_merge_seconds: float = 0.0) -> str:
         """The setting's name in file names and summaries (icefall's ``<method>`` or
-        ``<method>_beam-<k>``, plus ``_token-penalty-<p>``, ``_blank-penalty-<b>`` and
-        ``_history-<h>s``)."""
+        ``<method>_beam-<k>``, plus ``_token-penalty-<p>``, ``_blank-penalty-<b>``,
+        ``_seam-merge-<s>s`` (streaming methods) and ``_history-<h>s``)."""
         key = self.name + (f"_beam-{beam_size}" if self.uses_beam else "")
         if self.uses_token_penalty and token_penalty:
             key += f"_token-penalty-{token_penalty:g}"
         if self.uses_blank_penalty and blank_penalty:
             key += f"_blank-penalty-{blank_penalty:g}"
+        if seam_merge_seconds and self.needs == STREAMING:
+            key += f"_seam-merge-{seam_merge_seconds:g}s"
         return key + ("" if history is None else f"_history-{history}s")
 
 
@@ -71,6 +73,7 @@ class SearchSettings:
     beam_size: int = 4
     token_penalty: float = 0.0
     blank_penalty: float = 0.0
+    seam_merge_seconds: float = 0.0  # streaming searches: the seams of overlapping chunks merged
 
 
 @dataclass
@@ -154,7 +157,8 @@ def _streaming_method(search: str) -> Callable[..., MethodOutput]:
     def run(batch: BatchOutputs, settings: SearchSettings, history: Optional[int]) -> MethodOutput:
         ids, caches = batch.model.streaming_ids(batch.features, batch.feature_lens, history, search,
                                                 beam=settings.beam_size, token_penalty=settings.token_penalty,
-                                                blank_penalty=settings.blank_penalty)
+                                                blank_penalty=settings.blank_penalty,
+                                                seam_merge_seconds=settings.seam_merge_seconds)
         return MethodOutput(ids, caches)
 
     return run

@@ -121,12 +121,15 @@ class Recognizer(nn.Module, metaclass=abc.ABCMeta):
         raise NotDecodableBy(self, GENERATION)
 
     def streaming_ids(self, features: Tensor, feature_lens: Tensor, history_seconds: int, search: str,
-                      beam: int = 4, token_penalty: float = 0.0,
-                      blank_penalty: float = 0.0) -> Tuple[List[List[int]], List[int]]:
+                      beam: int = 4, token_penalty: float = 0.0, blank_penalty: float = 0.0,
+                      seam_merge_seconds: float = 0.0) -> Tuple[List[List[int]], List[int]]:
         """Token ids per utterance decoded chunk by chunk (:data:`STREAMING`) with CTC
         ``search`` (``ctc-greedy-search`` / ``ctc-prefix-beam-search``, ``beam``,
         ``token_penalty`` and ``blank_penalty`` as :mod:`asr.search` reads them) and a
-        history of ``history_seconds``, and each utterance's largest KV cache."""
+        history of ``history_seconds``, and each utterance's largest KV cache;
+        ``seam_merge_seconds`` > 0: the seams of overlapping chunks merged over that many
+        seconds on each side (``decode.seam_merge_seconds``, :mod:`asr.streaming_search`), a
+        ValueError where the chunks do not overlap."""
         raise NotDecodableBy(self, STREAMING)
 
     def cache_bound(self, history_seconds: int) -> int:

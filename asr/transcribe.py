@@ -58,7 +58,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, str]:
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
     search = SearchSettings(tokenizer.blank_id, config.decode.beam_size, config.decode.token_penalty,
-                            config.decode.blank_penalty[0] if method.uses_blank_penalty else 0.0)
+                            config.decode.blank_penalty[0] if method.uses_blank_penalty else 0.0,
+                            config.decode.seam_merge_seconds)
     history = config.decode.history_seconds[0] if method.per_history else None
     texts = {}
     for path, samples in audio.items():

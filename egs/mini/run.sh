@@ -196,11 +196,17 @@ encoder_weights=$zipformer_exp_dir/decoding.pt
 # leaves a core idle for 20 minutes and more (RESULTS.md, "Faster Swoosh activations, and stage
 # 10's encoder trained in stage 7"); stage 10 trains it where stage 7 did not (one core, --llm smollm2, another
 # --streaming-lookahead).
-lookahead_settings=() lookahead_suffix=""
+# With a lookahead the windows of neighbouring chunks share its audio, and stages 10 and 11
+# decode streaming with the seams merged (decode.seam_merge_seconds: a word the frame argmax
+# takes in a chunk's last 0.64 s and again in the next chunk's first 0.64 s is written once;
+# stage 10's models write the first copy up to 0.56 s before the boundary; RESULTS.md,
+# "Words written twice at a chunk boundary").
+lookahead_settings=() lookahead_suffix="" seam_args=""
 if awk -v s="$streaming_lookahead" 'BEGIN { exit !(s > 0) }'; then
   streaming_lookahead=$(awk -v s="$streaming_lookahead" 'BEGIN { printf "%g", s }')  # .50 is 0.5
   lookahead_settings=(model.streaming_lookahead_seconds="$streaming_lookahead")
   lookahead_suffix=_lookahead$streaming_lookahead
+  seam_args=decode.seam_merge_seconds=0.64
   if [ "$stage" -le 11 ] && [ "$stop_stage" -ge 7 ]; then
     log "each chunk's encoder window reads $streaming_lookahead s of the next chunk (--streaming-lookahead;" \
       "not in the paper: --streaming-lookahead 0 for its windows)"
@@ -409,7 +415,7 @@ streaming_settings=("${streaming_model_settings[@]}"
   data.concatenate_seconds=10 data.concatenate_probability=0.5 data.concatenate_gap=0
   data.concatenate_max_gap=0.5 data.concatenate_gap_probability=0.5 data.leading_silence_max=0.5
   model.transcript_leading_space=true "${llm_step_settings[@]}")
-streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8"
+streaming_decode_args="decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search decode.history_seconds=2,4,8 $seam_args"
 # --decode-args as given: stages 10 and 11 set decode_args for each of their decodes, the
 # user's last, and one stage's must not reach the next (stages 10-11 in one run).
 user_decode_args=$decode_args
@@ -449,12 +455,12 @@ if run_stage 10 "streaming LLM-CTC ($llm_config + ${streaming_settings[*]}) into
   python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long"
   python -m local.join_utterances "$fbank_dir/librispeech_cuts_test-clean.jsonl.gz" "$data_dir/test_long_pauses" \
     --gap-seconds 0.3
-  decode_args="decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.max_duration=120 $user_decode_args"
+  decode_args="decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.max_duration=120 $seam_args $user_decode_args"
   decode_model "test-clean-long=$data_dir/test_long/cuts.jsonl.gz" \
     "test-clean-long-pauses=$data_dir/test_long_pauses/cuts.jsonl.gz"
   # The start of a stream: the sentences after 0.5 s of silence (settings named
   # ..._lead-padding-0.5s; RESULTS.md, "A stream that starts with silence").
-  decode_args="decode.methods=ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.lead_padding_seconds=0.5 $user_decode_args"
+  decode_args="decode.methods=ctc-streaming-prefix-beam-search decode.history_seconds=2 decode.lead_padding_seconds=0.5 $seam_args $user_decode_args"
   decode_model "${llm_test_sets[@]}"
 fi
 

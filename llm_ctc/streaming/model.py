@@ -114,18 +114,19 @@ class StreamingLLMCTCModel(LLMCTCModel):
         return cache_bound(len(self.prompt_ids), self.grid, history_seconds, self.chunk_seconds)
 
     def streaming_ids(self, features: Tensor, feature_lens: Tensor, history_seconds: int, search: str,
-                      beam: int = 4, token_penalty: float = 0.0,
-                      blank_penalty: float = 0.0) -> Tuple[List[List[int]], List[int]]:
+                      beam: int = 4, token_penalty: float = 0.0, blank_penalty: float = 0.0,
+                      seam_merge_seconds: float = 0.0) -> Tuple[List[List[int]], List[int]]:
         """Token ids per utterance decoded chunk by chunk with a KV cache of history
-        ``history_seconds``, and each utterance's largest cache; CacheBoundExceeded when
-        one exceeds P + 2A + J."""
+        ``history_seconds`` (``seam_merge_seconds`` > 0: the chunks' seams merged), and each
+        utterance's largest cache; CacheBoundExceeded when one exceeds P + 2A + J."""
         from llm_ctc.streaming.recognizer import recognize_streaming
 
         if search not in CTC_SEARCHES:
             raise ValueError(f"unknown CTC search {search!r}; valid: {', '.join(CTC_SEARCHES)}")
         with torch.inference_mode():
             ids, _, largest = recognize_streaming(self, features, feature_lens, history_seconds, search, beam,
-                                                  token_penalty, self.chunk_seconds, blank_penalty)
+                                                  token_penalty, self.chunk_seconds, blank_penalty,
+                                                  seam_merge_seconds)
         bound = self.cache_bound(history_seconds)
         if max(largest) > bound:
             raise CacheBoundExceeded(f"KV cache of {max(largest)} positions at h = {history_seconds} s, more than "

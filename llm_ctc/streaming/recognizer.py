@@ -47,11 +47,14 @@ class ChunkResult:
 class StreamingRecognizer:
     """One utterance at a time. ``method``: "ctc-greedy-search" or
     "ctc-prefix-beam-search" (``beam``, ``token_penalty``); both read ``blank_penalty``
-    (:mod:`asr.search`)."""
+    (:mod:`asr.search`). ``seam_merge_seconds`` > 0 (a model with a lookahead only, whose
+    chunks' windows share the lookahead's audio): the search merges the seams over the
+    query frames that many seconds span on each side of a boundary (:func:`seam_frames`;
+    :mod:`asr.streaming_search`)."""
 
     def __init__(self, model, history_seconds: int = 8, chunk_seconds: int = 2,
                  method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0,
-                 blank_penalty: float = 0.0) -> None:
+                 blank_penalty: float = 0.0, seam_merge_seconds: float = 0.0) -> None:
         if method not in CTC_SEARCHES:
             raise ValueError(f"unknown CTC decoding method {method!r}; valid: {', '.join(CTC_SEARCHES)}")
         self.model = model
@@ -61,6 +64,7 @@ class StreamingRecognizer:
                                              "model.streaming_lookahead_seconds")
         self.method, self.beam, self.token_penalty = method, beam, token_penalty
         self.blank_penalty = blank_penalty
+        self.seam_frames = seam_frames(model, seam_merge_seconds, chunk_seconds) if seam_merge_seconds else 0
         self.tokenizer = LLMTokenizer.of_model(model)
         self.llm = CachedStreamingLLM(model, history_seconds, streaming_grid(model.config), chunk_seconds)
         self.frontend = None  # built on the first audio: features-only use needs no lhotse
@@ -69,10 +73,10 @@ class StreamingRecognizer:
     def reset(self) -> None:
         self.llm.reset()
         if self.method == "ctc-greedy-search":
-            self.search = StreamingGreedySearch(self.model.blank_id, self.blank_penalty)
+            self.search = StreamingGreedySearch(self.model.blank_id, self.blank_penalty, self.seam_frames)
         else:
             self.search = StreamingPrefixBeamSearch(self.beam, self.model.blank_id, self.token_penalty,
-                                                    self.blank_penalty)
+                                                    self.blank_penalty, self.seam_frames)
         self.past = None  # the last h seconds of features before the pending ones
         self.pending = None  # features not yet recognized: a chunk waiting for its lookahead, a partial one
         self.samples = torch.zeros(0)
@@ -182,15 +186,29 @@ class StreamingRecognizer:
         return result
 
 
+def seam_frames(model, seconds: float, chunk_seconds: int = 2) -> int:
+    """The query frames ``seconds`` span (ceil of the feature frames over the frames per
+    embedding: 4 for 0.32 s and 8 for 0.64 s on the Zipformer with a stacking projector
+    of 2); ValueError for a model without a lookahead, whose chunks' windows do not
+    overlap, and for seconds that are not a whole number of 10 ms frames within a chunk."""
+    lookahead = lookahead_frames_of(model.config.streaming_lookahead_seconds, chunk_seconds,
+                                    "model.streaming_lookahead_seconds")
+    if lookahead == 0:
+        raise ValueError("decode.seam_merge_seconds needs a model with a lookahead "
+                         "(model.streaming_lookahead_seconds > 0): without one the chunks' encoder windows do not overlap")
+    frames = lookahead_frames_of(seconds, chunk_seconds, "decode.seam_merge_seconds")
+    return streaming_grid(model.config).count(frames)
+
+
 def recognize_streaming(model, features: Tensor, feature_lens: Tensor, history_seconds: int = 8,
                         method: str = "ctc-greedy-search", beam: int = 4, token_penalty: float = 0.0,
-                        chunk_seconds: int = 2, blank_penalty: float = 0.0):
+                        chunk_seconds: int = 2, blank_penalty: float = 0.0, seam_merge_seconds: float = 0.0):
     """Streaming decoding of a padded batch for evaluation: each utterance chunk by chunk
     through one :class:`StreamingRecognizer` (reset between utterances). Returns token ids,
     texts and each utterance's largest KV cache (positions), to check the bound
     P + 2A + J on every utterance."""
     recognizer = StreamingRecognizer(model, history_seconds, chunk_seconds, method, beam, token_penalty,
-                                     blank_penalty)
+                                     blank_penalty, seam_merge_seconds)
     ids, texts, largest = [], [], []
     for n in range(features.shape[0]):
         recognizer.reset()

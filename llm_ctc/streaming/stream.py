@@ -81,6 +81,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="subtracted from blank's log-probability at every frame")
     parser.add_argument("--tail-padding-seconds", type=float, default=0.0,
                         help="silence fed after the audio's end (as sherpa-onnx's tail padding)")
+    parser.add_argument("--seam-merge-seconds", type=float, default=0.0,
+                        help="a model with a lookahead: tokens written within this many seconds before a chunk "
+                             "boundary and again as soon after it are written once (asr.streaming_search)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
     if (args.exp_dir is None) == (args.checkpoint is None):
@@ -102,11 +105,11 @@ def main(argv: Optional[List[str]] = None) -> str:
     try:
         samples = torch.from_numpy(read_audio(args.audio, "--audio"))
         model = load_streaming_model(args)
+        chunk_seconds = args.chunk_seconds or model.config.streaming_chunk_seconds
+        recognizer = StreamingRecognizer(model, args.history, chunk_seconds, args.method, args.beam,
+                                         args.token_penalty, args.blank_penalty, args.seam_merge_seconds)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
-    chunk_seconds = args.chunk_seconds or model.config.streaming_chunk_seconds
-    recognizer = StreamingRecognizer(model, args.history, chunk_seconds, args.method, args.beam, args.token_penalty,
-                                     args.blank_penalty)
     per_chunk = chunk_seconds * SAMPLE_RATE
     for start in range(0, samples.numel(), per_chunk):
         results = recognizer.accept_waveform(samples[start:start + per_chunk])

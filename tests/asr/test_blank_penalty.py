@@ -107,6 +107,24 @@ def test_decode_settings_give_one_key_per_penalty_for_ctc_searches_only():
     assert not method_of("llm-beam-search").uses_blank_penalty
 
 
+def test_seam_merge_names_the_streaming_settings_only():
+    from llm_ctc.streaming.table import best_setting
+
+    options = DecodeOptions(methods=("ctc-greedy-search", "ctc-streaming-prefix-beam-search"), token_penalty=0.3,
+                            history_seconds=(2, 8), seam_merge_seconds=0.64)
+    keys = [s.key for s in decoding_settings(options)]
+    assert keys == ["ctc-greedy-search",
+                    "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_seam-merge-0.64s_history-2s",
+                    "ctc-streaming-prefix-beam-search_beam-4_token-penalty-0.3_seam-merge-0.64s_history-8s"]
+    # The tables read the history of a merged setting as of any other.
+    assert best_setting({keys[1]: 1.0, keys[2]: 2.0, "ctc-streaming-prefix-beam-search_beam-4_history-2s": 3.0},
+                        2, "beam") == keys[1]
+    with pytest.raises(ValueError, match="decode.seam_merge_seconds merges the seams of the ctc-streaming-\\* methods"):
+        DecodeOptions(methods=("ctc-greedy-search",), seam_merge_seconds=0.32)
+    with pytest.raises(ValueError, match="decode.seam_merge_seconds must be a finite number of seconds >= 0"):
+        DecodeOptions(methods=("ctc-streaming-greedy-search",), seam_merge_seconds=-0.32)
+
+
 @pytest.mark.parametrize("bad", [(float("nan"),), (), (float("inf"), 0.0)])
 def test_bad_blank_penalties_are_refused_by_name(bad):
     with pytest.raises(ValueError, match="decode.blank_penalty must be one or more finite numbers"):

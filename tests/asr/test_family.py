@@ -40,7 +40,7 @@ class StreamsWithoutCacheBound(Complete):
     decoding = frozenset({CTC_SEARCH, STREAMING})
 
     def streaming_ids(self, features, feature_lens, history_seconds, search, beam=4, token_penalty=0.0,
-                      blank_penalty=0.0):
+                      blank_penalty=0.0, seam_merge_seconds=0.0):
         return [[]], [0]
 
 

@@ -92,3 +92,119 @@ def test_greedy_collapses_a_repeat_across_the_boundary_only_without_blank():
 def test_bad_chunk_is_refused_with_its_shape():
     with pytest.raises(ValueError, match="log_probs must be a floating \\(T, V\\)"):
         StreamingPrefixBeamSearch().advance(torch.zeros(1, 4, 5))
+
+
+def merged_by_definition(tokens, places, seam_frames):
+    """The seam merge as asr.streaming_search defines it, chunk pair by chunk pair: A the
+    tokens of chunk b in its last S frames, B those of chunk b + 1 in its first S; the
+    longest j with A[-j:] == B[:j] drops B[:j]."""
+    chunks = max((c for c, _, _ in places), default=-1) + 1
+    drop = set()
+    for b in range(chunks - 1):
+        a = [i for i, (c, f, n) in enumerate(places) if c == b and n - f <= seam_frames]
+        following = [i for i, (c, f, n) in enumerate(places) if c == b + 1 and f < seam_frames]
+        for j in range(min(len(a), len(following)), 0, -1):
+            if [tokens[i] for i in a[-j:]] == [tokens[i] for i in following[:j]]:
+                drop.update(following[:j])
+                break
+    return [t for i, t in enumerate(tokens) if i not in drop]
+
+
+def path_log_probs(path, vocab=7, peak=12.0):
+    """Log-probabilities whose every frame names its label of ``path`` by a wide margin."""
+    logits = torch.zeros(len(path), vocab, dtype=torch.float64)
+    logits[torch.arange(len(path)), torch.tensor(path)] = peak
+    return logits.log_softmax(-1)
+
+
+def greedy_places(path, sizes, blank):
+    """Tokens of a frame path and where each was taken, by the collapse's definition."""
+    tokens, places, previous, frame = [], [], None, 0
+    for chunk, size in enumerate(sizes):
+        for f in range(size):
+            label = path[frame]
+            if label != blank and label != previous:
+                tokens.append(label)
+                places.append((chunk, f, size))
+            previous = label
+            frame += 1
+    return tokens, places
+
+
+def test_seam_merge_on_hand_built_chunks():
+    blank = 0
+    cases = [  # (chunks of frame labels, S, tokens written)
+        ([[0, 0, 0, 0, 0, 0, 0, 5, 0, 0], [0, 5, 5, 5, 5, 5, 5, 0, 6, 0]], 3, [5, 6]),   # the run past the window too
+        ([[0, 0, 0, 0, 0, 0, 0, 3, 5, 0], [3, 5, 0, 0, 0, 0, 0, 0, 0, 0]], 3, [3, 5]),   # two tokens
+        ([[0, 0, 0, 0, 0, 0, 0, 3, 5, 0], [5, 3, 0, 0, 0, 0, 0, 0, 0, 0]], 3, [3, 5, 3]),  # the overlap is [5]
+        ([[0, 0, 0, 0, 0, 0, 5, 0, 0, 0], [0, 5, 0, 0, 0, 0, 0, 0, 0, 0]], 3, [5, 5]),   # 4 frames before the end
+        ([[0, 0, 0, 0, 0, 0, 0, 0, 0, 5], [0, 0, 0, 5, 0, 0, 0, 0, 0, 0]], 3, [5, 5]),   # frame 3 of the next
+        ([[0, 0, 0, 0, 0, 0, 0, 0, 5, 5], [5, 0, 0, 0, 0, 0, 0, 0, 0, 0]], 3, [5]),      # one run across: CTC's own
+        ([[0, 0, 5, 0, 0, 5, 0, 0, 0, 0]], 3, [5, 5]),                                    # within a chunk: kept
+    ]
+    for chunks, seam_frames, expected in cases:
+        search = StreamingGreedySearch(blank_id=blank, seam_frames=seam_frames)
+        for labels in chunks:
+            search.advance_labels(labels)
+        assert search.best() == expected
+        off = StreamingGreedySearch(blank_id=blank)
+        for labels in chunks:
+            off.advance_labels(labels)
+        tokens, places = greedy_places([label for labels in chunks for label in labels], [len(c) for c in chunks],
+                                       blank)
+        assert off.best() == tokens and merged_by_definition(tokens, places, seam_frames) == expected
+
+
+@pytest.mark.parametrize("seam_frames", [1, 3, 5])
+def test_searches_with_seam_merge_write_each_seam_once(seam_frames):
+    blank, sizes = 0, [10, 10, 10, 4]
+    generator = torch.Generator().manual_seed(seam_frames)
+    for trial in range(20):
+        # Paths with a token held or repeated around the boundaries, as streaming writes them.
+        path = torch.randint(0, 4, (sum(sizes),), generator=generator).tolist()
+        for boundary in (10, 20, 30):
+            if trial % 2:
+                path[boundary - 2], path[boundary - 1], path[boundary], path[boundary + 1] = 5, blank, blank, 5
+        log_probs = path_log_probs(path)
+        tokens, places = greedy_places(path, sizes, blank)
+        expected = merged_by_definition(tokens, places, seam_frames)
+        greedy = StreamingGreedySearch(blank_id=blank, seam_frames=seam_frames)
+        beam = StreamingPrefixBeamSearch(beam=4, blank_id=blank, seam_frames=seam_frames)
+        for chunk in chunks_of(log_probs, sizes):
+            greedy.advance(chunk)
+            beam.advance(chunk)
+        assert greedy.best() == expected
+        assert beam.best() == expected  # the peaked path is the beam's best too
+        if trial % 2:  # a token 2 frames before each boundary, again at frame 1 of the next chunk
+            assert len(expected) < len(tokens) or seam_frames == 1
+
+
+def test_seam_frames_are_checked():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="seam_frames must be a whole number"):
+            StreamingGreedySearch(seam_frames=bad)
+        with pytest.raises(ValueError, match="seam_frames must be a whole number"):
+            StreamingPrefixBeamSearch(seam_frames=bad)
+    assert StreamingGreedySearch(seam_frames=0).seams is None
+
+
+def test_beam_reads_the_merged_token_as_blank_up_to_the_next_token():
+    """After the merged run, blank-argmax frames that still give the token much mass would
+    let the beam write it again (three frames of 0.4: 0.78 against 0.22); they read it as
+    blank too, up to the next token."""
+    blank, w, x = 0, 5, 3
+
+    def frame(probs):
+        row = torch.full((7,), 1e-6, dtype=torch.float64)
+        for label, p in probs.items():
+            row[label] = p
+        return (row / row.sum()).log()
+
+    first = torch.stack([frame({blank: 1.0})] * 8 + [frame({w: 0.99, blank: 0.01}), frame({blank: 1.0})])
+    second = torch.stack([frame({w: 0.9, blank: 0.1})] + [frame({blank: 0.6, w: 0.4})] * 3
+                         + [frame({x: 0.9, blank: 0.1})] + [frame({blank: 1.0})] * 5)
+    for seam_frames, expected in ((3, [w, x]), (0, [w, w, x])):
+        beam = StreamingPrefixBeamSearch(beam=4, blank_id=blank, seam_frames=seam_frames)
+        beam.advance(first)
+        beam.advance(second)
+        assert beam.best() == expected

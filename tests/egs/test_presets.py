@@ -44,7 +44,8 @@ ADDED_TO_EVERY_FAMILY = {"data.concatenate_seconds": 0.0, "data.concatenate_gap"
                          "data.trailing_silence_max": 0.0, "data.leading_silence_max": 0.0,
                          "data.batch_across_ranks": False,
                          "train.init_from": "", "train.virtual_ranks": 1, "decode.blank_penalty": [0.0],
-                         "decode.tail_padding_seconds": 0.0, "decode.lead_padding_seconds": 0.0}
+                         "decode.tail_padding_seconds": 0.0, "decode.lead_padding_seconds": 0.0,
+                         "decode.seam_merge_seconds": 0.0}
 # Values a preset changed since, on purpose (egs/mini: q starts at the query token that
 # stage 7's tiny LM learned, and the projector at 10 x optim.lr; llm_ce.yaml extends it and
 # never reads query_init; stage 4 trains on joined sentences, half of its batches; egs/mini

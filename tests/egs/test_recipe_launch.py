@@ -552,17 +552,18 @@ def test_mini_stages_10_and_11_in_one_run_decode_each_model_with_its_own_methods
                                       f"exp/full_llm_ctc_streaming{LA}_sentences"])
     assert decodes[f"exp/full_pruned_ctc_streaming{LA}"] == [[]]  # the window encoder's own decode section
     streaming_methods = "decode.methods=ctc-greedy-search,ctc-prefix-beam-search,ctc-streaming-prefix-beam-search"
+    seams = "decode.seam_merge_seconds=0.64"  # the default lookahead's chunks overlap
     assert decodes[f"exp/full_llm_ctc_streaming{LA}"] == [
-        [streaming_methods, "decode.history_seconds=2,4,8", user],
+        [streaming_methods, "decode.history_seconds=2,4,8", seams, user],
         ["decode.methods=ctc-streaming-greedy-search,ctc-streaming-prefix-beam-search", "decode.history_seconds=2",
-         "decode.max_duration=120", user],
+         "decode.max_duration=120", seams, user],
         ["decode.methods=ctc-streaming-prefix-beam-search", "decode.history_seconds=2",
-         "decode.lead_padding_seconds=0.5", user]]
+         "decode.lead_padding_seconds=0.5", seams, user]]
     for readout in ("speech", "query"):
         assert decodes[f"exp/full_llm_ctc_{readout}_offline{LA}"] == [
             ["decode.methods=ctc-greedy-search,ctc-prefix-beam-search", user]]
     assert decodes[f"exp/full_llm_ctc_streaming{LA}_sentences"] == [
-        [streaming_methods, "decode.history_seconds=2,4,8", user]]
+        [streaming_methods, "decode.history_seconds=2,4,8", seams, user]]
 
 
 @pytest.mark.parametrize("options, lookahead", [((), "0.32"), (("--streaming-lookahead", "0"), None),
@@ -606,6 +607,10 @@ def test_mini_stages_10_and_11_train_and_decode_every_streaming_model_with_the_l
     for command in decodes:
         given = [a for a in command if a.startswith("model.streaming_lookahead_seconds=")]
         assert given == ([setting] if command in streaming_decodes and lookahead else []), command
+        # The LLM's streaming decodes merge the seams where the chunks' windows overlap.
+        llm_streaming = command in streaming_decodes and f"train.exp_dir=exp/full_pruned_ctc_streaming{suffix}" \
+            not in command
+        assert ("decode.seam_merge_seconds=0.64" in command) == bool(llm_streaming and lookahead), command
     [table] = [command for command in launches if "llm_ctc.streaming.table" in command]
     assert table[2:10] == ["--speech", f"exp/full_llm_ctc_speech_offline{suffix}",
                            "--offline", f"exp/full_llm_ctc_query_offline{suffix}",

@@ -227,6 +227,8 @@ def test_stream_command_errors_are_one_line(ctc_model, tmp_path):
     with pytest.raises(SystemExit, match=f"ERROR: --audio {path}: cannot read it as audio"):
         main(["--checkpoint", str(checkpoint), "--audio", str(path)])
     write_wav(tmp_path / "a.wav", np.zeros(1600))
+    with pytest.raises(SystemExit, match="ERROR: decode.seam_merge_seconds needs a model with a lookahead"):
+        main(["--checkpoint", str(checkpoint), "--audio", str(tmp_path / "a.wav"), "--seam-merge-seconds", "0.32"])
     with pytest.raises(SystemExit, match="ERROR: --checkpoint: no such file"):
         main(["--checkpoint", str(tmp_path / "none.pt"), "--audio", str(tmp_path / "a.wav")])
     with pytest.raises(SystemExit, match="is a folder: give it as --exp-dir"):
@@ -250,3 +252,26 @@ def test_batch_streaming_decoding_equals_offline_search_on_parallel_states(ctc_m
     # history keeps those of the previous chunk at offsets 1.04 .. 1.92 s: J = 2 x 12.
     # The 230-frame utterance peaks in its first chunk (its second has 4 embeddings).
     assert largest == [prompt + 2 * 25 + 2 * 12, prompt + 2 * 25]
+
+
+@pytest.mark.parametrize("method", ["ctc-greedy-search", "ctc-prefix-beam-search"])
+def test_seam_merge_is_the_searchs_seam_rule_over_the_lookahead_frames(method, ctc_model):
+    from asr.streaming_search import StreamingGreedySearch, StreamingPrefixBeamSearch
+    from llm_ctc.streaming.recognizer import recognize_streaming, seam_frames
+
+    model = with_lookahead(ctc_model, 0.32)
+    # 0.32 s = 32 feature frames; 8 frames per query frame (Zipformer 4, stack 2): 4.
+    assert seam_frames(model, 0.32) == 4 and seam_frames(model, 0.33) == 5 and seam_frames(model, 0.64) == 8
+    with pytest.raises(ValueError, match="decode.seam_merge_seconds must be a multiple of 0.01 s"):
+        seam_frames(model, 0.325)
+    features, lens = random_features([530], seed=8)
+    ids, _, _ = recognize_streaming(model, features, lens, history_seconds=2, method=method, beam=3,
+                                    token_penalty=0.5, seam_merge_seconds=0.32)
+    reference, _ = parallel_log_probs(model, features[0], 2)
+    search = (StreamingGreedySearch(model.blank_id, seam_frames=4) if method == "ctc-greedy-search" else
+              StreamingPrefixBeamSearch(3, model.blank_id, token_penalty=0.5, seam_frames=4))
+    for chunk in torch.split(reference[0], [25, 25, 17]):
+        search.advance(chunk)
+    assert ids[0] == search.best()
+    with pytest.raises(ValueError, match="decode.seam_merge_seconds needs a model with a lookahead"):
+        recognize_streaming(ctc_model, features, lens, history_seconds=2, seam_merge_seconds=0.32)
