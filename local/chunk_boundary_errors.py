@@ -22,7 +22,14 @@ A word's span runs from the first to the last frame of its tokens in the alignme
 frames); a boundary inside the span puts the word in the first row (a word the boundary
 cuts). Substitutions and deletions belong to their reference word, an insertion to the
 reference word before it (the first word when it comes first). Sentences no longer than
-one chunk have no boundary: their own row.
+one chunk have no boundary: their own row. ``--sides`` splits the rows near a boundary by
+its side: the word ends before it (the chunk it closes reads the word) or starts after it.
+The 30-60 s recordings of ``local.join_utterances`` (cuts with audio only) are aligned
+whole; their cut ids repeat between sets, so give one set of recordings per run::
+
+    python -m local.chunk_boundary_errors exp/full_pruned_ctc/decoding.pt --sides \
+        --cuts data/full/test_long/cuts.jsonl.gz --lang-dir data/full/lang_bpe_500 \
+        --recogs "recordings=exp/full_llm_ctc_streaming_lookahead0.32/recogs-test-clean-long-<setting>.txt"
 """
 
 from __future__ import annotations
@@ -73,29 +80,47 @@ def word_spans(log_probs: torch.Tensor, word_tokens: Sequence[Sequence[int]], bl
 def boundary_distance(span: Tuple[float, float], duration: float, chunk_seconds: float) -> Optional[float]:
     """Seconds from the span to the nearest chunk boundary inside the utterance (0 when one
     falls within it); None for an utterance no longer than one chunk."""
+    signed = signed_boundary_distance(span, duration, chunk_seconds)
+    return None if signed is None else abs(signed)
+
+
+def signed_boundary_distance(span: Tuple[float, float], duration: float, chunk_seconds: float) -> Optional[float]:
+    """``boundary_distance`` with a sign: negative where the span ends before its nearest
+    boundary (the word lies in the chunk the boundary closes), positive where it starts
+    after it (the chunk the boundary opens); 0 for a cut word, None for one chunk."""
     boundaries = [chunk_seconds * b for b in range(1, int(duration // chunk_seconds) + 1)
                   if chunk_seconds * b < duration]
     if not boundaries:
         return None
     start, end = span
-    return min(0.0 if start <= b <= end else min(abs(start - b), abs(end - b)) for b in boundaries)
+    if any(start <= b <= end for b in boundaries):
+        return 0.0
+    return min((start - b if start > b else end - b for b in boundaries), key=abs)
 
 
-def distance_bin(distance: Optional[float], edges: Sequence[float]) -> str:
+def distance_bin(distance: Optional[float], edges: Sequence[float], sides: bool = False) -> str:
     """The row of a distance: the cut-word row (0), '< e1 s', 'e1-e2 s', ..., '>= en s', or
-    the one-chunk row (None)."""
+    the one-chunk row (None). With ``sides`` the distance is signed
+    (``signed_boundary_distance``) and the rows below en are split into 'before, ...' (the
+    word ends before the boundary) and 'after, ...' (it starts after it)."""
     if distance is None:
         return ONE_CHUNK
     if distance == 0:
         return CUT
+    side = ("before, " if distance < 0 else "after, ") if sides else ""
+    distance = abs(distance)
     for low, high in zip([0.0] + list(edges), edges):
         if distance < high:
-            return f"< {high:g} s" if low == 0 else f"{low:g}-{high:g} s"
+            return side + (f"< {high:g} s" if low == 0 else f"{low:g}-{high:g} s")
     return f">= {edges[-1]:g} s"
 
 
-def bin_order(edges: Sequence[float]) -> List[str]:
-    return [CUT] + [distance_bin(d, edges) for d in [edges[0] / 2] + list(edges)] + [ONE_CHUNK]
+def bin_order(edges: Sequence[float], sides: bool = False) -> List[str]:
+    near = [edges[0] / 2] + list(edges[:-1])
+    rows = [distance_bin(d, edges) for d in near]
+    if sides:
+        rows = [f"before, {row}" for row in rows] + [f"after, {row}" for row in rows]
+    return [CUT] + rows + [distance_bin(edges[-1], edges), ONE_CHUNK]
 
 
 def count_by_bin(results: Dict[str, Tuple[List[str], List[str]]], bins: Dict[str, List[str]]) -> Counter:
@@ -120,8 +145,8 @@ def count_by_bin(results: Dict[str, Tuple[List[str], List[str]]], bins: Dict[str
     return counts
 
 
-def format_table(counts: Dict[str, Counter], edges: Sequence[float]) -> str:
-    rows = [row for row in bin_order(edges) if any(c[row, "words"] for c in counts.values())]
+def format_table(counts: Dict[str, Counter], edges: Sequence[float], sides: bool = False) -> str:
+    rows = [row for row in bin_order(edges, sides) if any(c[row, "words"] for c in counts.values())]
     lines = ["| reference words, by distance from a chunk boundary | words | "
              + " | ".join(f"{name}: errors (%)" for name in counts) + " |",
              "|---|---|" + "---|" * len(counts)]
@@ -171,7 +196,7 @@ def whole_audio_features(cuts: CutSet) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def cut_bins(model, cuts: CutSet, tokenizer, chunk_seconds: float, edges: Sequence[float],
-             batch_size: int = 8) -> Dict[str, List[str]]:
+             batch_size: int = 8, sides: bool = False) -> Dict[str, List[str]]:
     """cut id -> the row of each reference word (by ``tokenizer.normalize_reference``).
     Cuts without stored features (``local.join_utterances``' recordings) get the whole
     audio's fbank, computed as the stored features were."""
@@ -188,8 +213,8 @@ def cut_bins(model, cuts: CutSet, tokenizer, chunk_seconds: float, edges: Sequen
                 if len(tokenizer.normalize_reference(text).split()) != len(words):
                     raise ValueError(f"cut {cut.id}: its scored reference does not have one word per word of {text!r}")
                 spans = word_spans(log_probs, tokenizer.encode(words), tokenizer.blank_id)
-                bins[cut.id] = [distance_bin(boundary_distance(span, cut.duration, chunk_seconds), edges)
-                                for span in spans]
+                bins[cut.id] = [distance_bin(signed_boundary_distance(span, cut.duration, chunk_seconds), edges,
+                                             sides) for span in spans]
             logging.info("aligned %d/%d cuts", min(start + batch_size, len(cut_list)), len(cut_list))
     return bins
 
@@ -208,6 +233,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--search", choices=sorted(SEARCHES), default="beam", help="the search of --decode's settings")
     parser.add_argument("--chunk-seconds", type=float, default=2.0)
     parser.add_argument("--edges", type=float, nargs="+", default=[0.25, 0.5], help="row edges in seconds")
+    parser.add_argument("--sides", action="store_true",
+                        help="split the rows near a boundary by its side: the word ends before it or starts after it")
     parser.add_argument("--output", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args(argv)
     if args.chunk_seconds <= 0 or sorted(args.edges) != args.edges or args.edges[0] <= 0:
@@ -234,18 +261,25 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             raise SystemExit(f"ERROR: --decode {item!r}: {error}") from None
         decodes.setdefault(name, []).extend(found)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO)
-    cuts = CutSet.from_cuts(cut for path in args.cuts for cut in load_cuts_lazy(path, "--cuts"))
-    bins = cut_bins(load_ctc_checkpoint(args.checkpoint).eval(), cuts, load_tokenizer(args.lang_dir),
-                    args.chunk_seconds, args.edges)
+    cut_list, seen = [], {}
+    for path in args.cuts:
+        for cut in load_cuts_lazy(path, "--cuts"):
+            if cut.id in seen:
+                raise SystemExit(f"ERROR: cut {cut.id} is in both {seen[cut.id]} and {path}: the recogs name cuts "
+                                 "by id, so give cuts with one id each (one table per set of recordings)")
+            seen[cut.id] = path
+            cut_list.append(cut)
+    bins = cut_bins(load_ctc_checkpoint(args.checkpoint).eval(), CutSet.from_cuts(cut_list),
+                    load_tokenizer(args.lang_dir), args.chunk_seconds, args.edges, sides=args.sides)
     counts = {}
     for name, paths in decodes.items():
         counts[name] = Counter()
         for path in paths:
             counts[name].update(count_by_bin(read_recogs(path), bins))
-    words = {name: {row: c[row, "words"] for row in bin_order(args.edges)} for name, c in counts.items()}
+    words = {name: {row: c[row, "words"] for row in bin_order(args.edges, args.sides)} for name, c in counts.items()}
     if len({tuple(w.values()) for w in words.values()}) > 1:
         raise SystemExit(f"ERROR: the decodes do not cover the same reference words: {words}")
-    table = format_table(counts, args.edges)
+    table = format_table(counts, args.edges, args.sides)
     print(table, end="")
     if args.output:
         write_text_atomically(args.output, table)

@@ -110,3 +110,27 @@ def test_refuses_an_offline_run(tmp_path):
         main([str(exp_dir), "--cuts", str(tmp_path / "x.gz"), "--seam-frames", "0"])
     with pytest.raises(SystemExit, match="--zipformer and --lang-dir go together"):
         main([str(exp_dir), "--cuts", str(tmp_path / "x.gz"), "--zipformer", str(tmp_path / "z.pt")])
+
+
+def test_word_spans_of_cuts_without_stored_features(small_training_corpus, tmp_path):
+    """The recordings of local.join_utterances carry audio only: their words are placed by
+    the forced alignment of the whole audio's fbank, the same spans as from stored features."""
+    from lhotse import load_manifest
+
+    from asr.tokenizer import load_tokenizer
+    from local.boundary_repeats import aligned_spans
+    from zipformer.model import CTCModel
+    from zipformer.presets import get_preset
+
+    tokenizer = load_tokenizer(small_training_corpus["lang"])
+    torch.manual_seed(3)
+    zipformer = CTCModel(get_preset("tiny", vocab_size=tokenizer.vocab_size)).eval()
+    cuts = list(load_manifest(small_training_corpus["train"]))[:4]
+    with torch.inference_mode():
+        stored = aligned_spans((zipformer, tokenizer), cuts)
+        audio_only = aligned_spans((zipformer, tokenizer), [cut.drop_features() for cut in cuts])
+    assert audio_only == stored
+    for cut, spans in zip(cuts, stored):
+        words = " ".join(s.text for s in cut.supervisions).split()
+        assert len(spans) == len(words) and all(0 <= a < b <= cut.duration + 0.04 for a, b in spans)
+        assert all(spans[k][1] <= spans[k + 1][0] for k in range(len(spans) - 1))

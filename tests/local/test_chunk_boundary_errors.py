@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from local.chunk_boundary_errors import (CUT, ONE_CHUNK, bin_order, boundary_distance, count_by_bin, distance_bin,
-                                         main, word_spans)
+                                         main, signed_boundary_distance, word_spans)
 
 
 def test_word_spans_follow_the_best_path():
@@ -24,11 +24,26 @@ def test_distances_to_the_nearest_boundary():
     assert boundary_distance((0.1, 0.5), duration=1.2, chunk_seconds=2.0) is None
 
 
+def test_signed_distances_name_the_side_of_the_nearest_boundary():
+    assert signed_boundary_distance((1.5, 1.7), duration=3.0, chunk_seconds=2.0) == pytest.approx(-0.3)
+    assert signed_boundary_distance((2.2, 2.6), duration=3.0, chunk_seconds=2.0) == pytest.approx(0.2)
+    assert signed_boundary_distance((1.9, 2.1), duration=3.0, chunk_seconds=2.0) == 0.0
+    # Between two boundaries the nearer one decides: 0.4 s after 2 s, 0.3 s before 4 s.
+    assert signed_boundary_distance((2.4, 3.7), duration=5.0, chunk_seconds=2.0) == pytest.approx(-0.3)
+    assert signed_boundary_distance((2.3, 3.5), duration=5.0, chunk_seconds=2.0) == pytest.approx(0.3)
+    assert signed_boundary_distance((0.1, 0.5), duration=2.0, chunk_seconds=2.0) is None
+
+
 def test_rows():
     edges = [0.25, 0.5]
     assert [distance_bin(d, edges) for d in (0.0, 0.2, 0.25, 0.49, 0.5, 3.0, None)] == \
         [CUT, "< 0.25 s", "0.25-0.5 s", "0.25-0.5 s", ">= 0.5 s", ">= 0.5 s", ONE_CHUNK]
     assert bin_order(edges) == [CUT, "< 0.25 s", "0.25-0.5 s", ">= 0.5 s", ONE_CHUNK]
+    assert [distance_bin(d, edges, sides=True) for d in (0.0, -0.2, 0.2, -0.3, 0.49, -0.5, 3.0, None)] == \
+        [CUT, "before, < 0.25 s", "after, < 0.25 s", "before, 0.25-0.5 s", "after, 0.25-0.5 s", ">= 0.5 s",
+         ">= 0.5 s", ONE_CHUNK]
+    assert bin_order(edges, sides=True) == [CUT, "before, < 0.25 s", "before, 0.25-0.5 s", "after, < 0.25 s",
+                                            "after, 0.25-0.5 s", ">= 0.5 s", ONE_CHUNK]
 
 
 def test_errors_belong_to_their_words_and_insertions_to_the_word_before():
@@ -95,6 +110,20 @@ def test_the_table_counts_every_word_once(small_training_corpus, tmp_path, capsy
     arguments[2] = str(audio_only)
     main(arguments)
     assert capsys.readouterr().out == table
+    # --sides splits each row near a boundary in two that add up to it.
+    main(arguments + ["--sides"])
+    sided = {line.split(" | ")[0][2:]: [int(cell.split()[0]) for cell in line.strip(" |").split(" | ")[1:]]
+             for line in capsys.readouterr().out.strip().splitlines()[2:]}
+    plain = {line.split(" | ")[0][2:]: [int(cell.split()[0]) for cell in line.strip(" |").split(" | ")[1:]]
+             for line in table.strip().splitlines()[2:]}
+    for row, cells in plain.items():
+        parts = [cells_ for name, cells_ in sided.items() if name == row or name.endswith(f", {row}")]
+        assert [sum(column) for column in zip(*parts)] == cells, (row, sided)
+    assert any(name.startswith("before") for name in sided) and any(name.startswith("after") for name in sided)
+    assert set(sided) - set(plain) <= {f"{side}, {row}" for side in ("before", "after") for row in plain}
+    # Cut ids are how the recogs name their words: the same id in two --cuts is refused.
+    with pytest.raises(SystemExit, match="both"):
+        main(arguments[:2] + [str(audio_only), str(small_training_corpus["train"])] + arguments[3:])
 
 
 def test_decode_folders_give_the_recogs_of_their_best_setting(tmp_path):
