@@ -28,13 +28,14 @@ decoders merge overlapping buffers, would output here; the decoders do not do it
 With ``--zipformer`` (an offline Zipformer checkpoint and its ``--lang-dir``) every
 reference word gets the span a forced alignment of the whole utterance gives it
 (``local.chunk_boundary_errors.word_spans``; on its stored features, or on its whole
-audio's fbank for cuts without them, such as ``local.join_utterances``' recordings), and the report adds, for the words near a
-chunk boundary (a span from 0.5 s before the boundary to the end of the later chunk's
-first ``--near`` seconds), which side of the boundary wrote them: an output word of the
-same text whose first token's tau lies within 0.7 s of the span, from the chunk before
-the boundary or the chunk after it. The rows: the word ends before the boundary, the
-boundary cuts it, it starts after the boundary (a model with a lookahead of L seconds
-sees such a word in the earlier chunk only through the lookahead when it starts within L).
+audio's fbank for cuts without them, such as ``local.join_utterances``' recordings), and
+the report adds, for the words near a chunk boundary (a span from 0.5 s before the
+boundary to the end of the later chunk's first ``--near`` seconds), which side of the
+boundary wrote them: an output word of the same text whose first token's tau lies within
+0.7 s of the span, from the chunk before the boundary or the chunk after it. The rows:
+the word ends before the boundary, the boundary cuts it, it starts after the boundary (a
+model with a lookahead of L seconds sees such a word in the earlier chunk only through
+the lookahead when it starts within L).
 """
 
 from __future__ import annotations
@@ -294,15 +295,12 @@ def aligned_spans(aligner, cuts) -> List[List[Tuple[float, float]]]:
     its stored features, or of its whole audio's fbank where it has none (the recordings of
     ``local.join_utterances``)."""
     from lhotse import CutSet
-    from lhotse.dataset.input_strategies import PrecomputedFeatures
 
-    from local.chunk_boundary_errors import whole_audio_features, word_spans
+    from local.chunk_boundary_errors import alignment_features, word_spans
     from local.chunked_encoder_wer import whole_log_probs
 
     zipformer, tokenizer = aligner
-    batch = CutSet.from_cuts(cuts)
-    stored = all(cut.has_features for cut in cuts)
-    features, lens = PrecomputedFeatures()(batch) if stored else whole_audio_features(batch)
+    features, lens = alignment_features(CutSet.from_cuts(cuts))
     out = []
     for cut, log_probs in zip(cuts, whole_log_probs(zipformer, features, lens)):
         words = " ".join(s.text for s in cut.supervisions).split()

@@ -195,18 +195,24 @@ def whole_audio_features(cuts: CutSet) -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.nn.utils.rnn.pad_sequence(per_cut, batch_first=True, padding_value=LOG_EPSILON), lengths
 
 
+def alignment_features(cuts: CutSet) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The features a forced alignment reads: the cuts' stored features, or, where a cut
+    has none (``local.join_utterances``' recordings), every cut's whole-audio fbank."""
+    from lhotse.dataset.input_strategies import PrecomputedFeatures
+
+    return PrecomputedFeatures()(cuts) if all(cut.has_features for cut in cuts) else whole_audio_features(cuts)
+
+
 def cut_bins(model, cuts: CutSet, tokenizer, chunk_seconds: float, edges: Sequence[float],
              batch_size: int = 8, sides: bool = False) -> Dict[str, List[str]]:
     """cut id -> the row of each reference word (by ``tokenizer.normalize_reference``).
     Cuts without stored features (``local.join_utterances``' recordings) get the whole
     audio's fbank, computed as the stored features were."""
-    from lhotse.dataset.input_strategies import PrecomputedFeatures
-
-    stored, cut_list, bins = PrecomputedFeatures(), list(cuts), {}
+    cut_list, bins = list(cuts), {}
     with torch.inference_mode():
         for start in range(0, len(cut_list), batch_size):
             batch = CutSet.from_cuts(cut_list[start:start + batch_size])
-            features = stored(batch) if all(cut.has_features for cut in batch) else whole_audio_features(batch)
+            features = alignment_features(batch)
             for cut, log_probs in zip(batch, whole_log_probs(model, *features)):
                 text = " ".join(s.text for s in cut.supervisions)
                 words = text.split()
