@@ -198,7 +198,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             raise ValueError(f"--exp-dir {args.exp_dir} holds a {config.family} run, not an LLM-CTC one")
         if config.model.objective != "ctc" or config.model.streaming:
             raise ValueError(f"--exp-dir {args.exp_dir}: an offline LLM-CTC run is needed "
-                             f"(objective {config.model.objective!r}, streaming {config.model.streaming})")
+                             f"(objective {config.model.objective!r}, streaming {config.model.streaming}; a streaming "
+                             f"run's queries: python -m local.streaming_query_attention)")
         cuts = list(load_cuts_lazy(args.cuts, "--cuts").subset(first=max(args.num_utterances,
                                                                          args.table_utterances)))
         weights = choose_weights(args.exp_dir, config.decode)

@@ -44,13 +44,13 @@ def position_offsets_for_step(seed: int, step: int, count: int, max_chunks: int,
     return [rng.randint(0, max_chunks) * chunk_positions for _ in range(count)]
 
 
-def parallel_query_states(model, speech: Tensor, layouts: Sequence[UtteranceLayout],
-                          history_seconds: int, position_offsets: Optional[Sequence[int]] = None
-                          ) -> Tuple[Tensor, Tensor]:
-    """Query outputs (N, T_n max, D) in chunk order and T_n (N,), from projected speech
-    (N, T, D) whose row t of utterance n is its t-th embedding over all chunks.
-    ``position_offsets``: per utterance, a shift of every non-prompt position id (the
-    rotary positions of the same chunks later in a long stream; the mask is unchanged)."""
+def parallel_inputs(model, speech: Tensor, layouts: Sequence[UtteranceLayout], history_seconds: int,
+                    position_offsets: Optional[Sequence[int]] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """The parallel masked pass's LLM inputs (N, L, D), additive mask (N, 1, L, L) and
+    position ids (N, L), from projected speech (N, T, D) whose row t of utterance n is its
+    t-th embedding over all chunks. ``position_offsets``: per utterance, a shift of every
+    non-prompt position id (the rotary positions of the same chunks later in a long
+    stream; the mask is unchanged)."""
     _check_query_model(model)
     prompt = _prompt(model)
     batch, max_frames, dim = speech.shape
@@ -77,6 +77,16 @@ def parallel_query_states(model, speech: Tensor, layouts: Sequence[UtteranceLayo
     if position_offsets is not None:
         shift = torch.tensor(list(position_offsets), dtype=torch.long, device=speech.device)
         positions = positions + torch.where(positions >= prompt.shape[0], shift[:, None], 0)
+    return inputs, mask, positions
+
+
+def parallel_query_states(model, speech: Tensor, layouts: Sequence[UtteranceLayout],
+                          history_seconds: int, position_offsets: Optional[Sequence[int]] = None
+                          ) -> Tuple[Tensor, Tensor]:
+    """Query outputs (N, T_n max, D) in chunk order and T_n (N,) of the parallel masked
+    pass over :func:`parallel_inputs`."""
+    inputs, mask, positions = parallel_inputs(model, speech, layouts, history_seconds, position_offsets)
+    batch = inputs.shape[0]
     hidden = backbone_states(model.llm, inputs, mask, positions)
     lens = torch.tensor([layout.num_frames for layout in layouts], device=speech.device)
     read = torch.zeros(batch, int(lens.max()), dtype=torch.long)
