@@ -23,6 +23,10 @@ frames than a full one: its queries stand T_b < A positions after their speech, 
 full chunk's stand A). Places: the chunk's first ``--edge`` query frames, its last
 ``--edge`` frames, and the frames between (``middle``); a frame in both edges counts as
 ``first``. The offline readouts' attention is ``local.query_attention``'s.
+
+A forward pass holds every layer's (heads, L, L) probabilities of its ``--batch``
+utterances at once (L: the prompt and twice the speech frames of the longest): for a
+large LLM or long recordings, ``--batch 1``.
 """
 
 from __future__ import annotations
