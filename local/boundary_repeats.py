@@ -201,14 +201,18 @@ def greedy_frames(model, features: torch.Tensor, lens: torch.Tensor, history: in
     return [ids[n, :int(frame_lens[n])].tolist() for n in range(len(layouts))], layouts
 
 
-def load_streaming_run(exp_dir: Path):
-    """The run's model (the weights ``asr.decode`` chooses) and its lexicon."""
+def load_streaming_run(exp_dir: Path, attn_implementation: Optional[str] = None):
+    """The run's model (the weights ``asr.decode`` chooses) and its lexicon; with
+    ``attn_implementation`` (e.g. "eager", whose attention probabilities are returned) the
+    LLM is built with that one."""
     from asr.weights import build_trained_model, choose_weights, load_lexicon, saved_run_config
 
     config = saved_run_config(exp_dir)
     if config.family != "llm_ctc" or not getattr(config.model, "streaming", False):
         raise ValueError(f"{exp_dir} holds no streaming LLM-CTC run (family {config.family})")
     weights = choose_weights(exp_dir, config.decode)
+    if attn_implementation is not None:
+        weights.saved.model.attn_implementation = attn_implementation
     lexicon = load_lexicon(weights.saved.train.lang_dir, weights.saved)
     return build_trained_model(weights, lexicon), lexicon
 

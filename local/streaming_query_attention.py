@@ -141,16 +141,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sets.append((name, path))
     from asr.chunk_features import PerChunkFeatures
     from asr.data import load_cuts_lazy
-    from asr.weights import build_trained_model, choose_weights, load_lexicon, saved_run_config
     from llm_ctc.streaming.layout import TICKS_PER_SECOND
+    from local.boundary_repeats import load_streaming_run
 
     try:
-        config = saved_run_config(args.exp_dir)
-        if config.family != "llm_ctc" or not getattr(config.model, "streaming", False):
-            raise ValueError(f"{args.exp_dir} holds no streaming LLM-CTC run (family {config.family})")
-        weights = choose_weights(args.exp_dir, config.decode)
-        weights.saved.model.attn_implementation = "eager"  # attention probabilities are returned
-        model = build_trained_model(weights, load_lexicon(weights.saved.train.lang_dir, weights.saved)).eval()
+        model = load_streaming_run(args.exp_dir, attn_implementation="eager")[0].eval()
         cut_sets = [(name, list(load_cuts_lazy(path, "--cuts"))) for name, path in sets]
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"ERROR: {error}") from None
